@@ -1,0 +1,5 @@
+"""``python -m structspec`` runs the CLI."""
+
+from structspec.cli import main
+
+raise SystemExit(main())

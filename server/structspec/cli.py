@@ -1,0 +1,68 @@
+"""The ``structspec`` command line.
+
+Each command lives in ``structspec.commands.<name>`` and exposes
+``register(subparsers)``, which adds its parser and sets ``func(args) -> int``.
+Commands are imported only when the CLI starts, and errors a user can cause
+(a missing model, a bad file) end in one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from structspec import __version__
+
+COMMANDS = (
+    "run",
+    "benchmark",
+    "mine",
+    "serve",
+    "detect",
+    "status",
+    "config",
+    "vllm_command",
+)
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="structspec",
+        description="Local code completion with model-free speculative decoding.",
+    )
+    parser.add_argument("--version", action="version", version=f"structspec {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(f"structspec.commands.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from structspec.model.base import ModelError
+
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, ModelError) as exc:
+        print(f"structspec: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("structspec: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,195 @@
+"""Settings shared by every surface: CLI flags, the config file, environment, LSP, HTTP.
+
+One name per idea. A setting ``max_tokens`` is:
+
+- ``max_tokens`` in the config file (TOML) and in Python,
+- ``--max-tokens`` on the command line,
+- ``STRUCTSPEC_MAX_TOKENS`` in the environment,
+- ``maxTokens`` in LSP ``initializationOptions`` / ``workspace/configuration``
+  (section ``structspec``) and in the VS Code setting ``structspec.maxTokens``.
+
+Precedence, lowest first: default, config file, environment, flag (or LSP
+client). A bad value never raises: it is reported in ``errors`` and the value
+from the layer below is kept.
+
+The config file is ``$STRUCTSPEC_CONFIG`` if set, else
+``$XDG_CONFIG_HOME/structspec/config.toml`` (``~/.config/structspec/config.toml``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+#: Names of the draft sources a user can choose (``sources = ["all"]`` is every one).
+SOURCE_NAMES = ("lookup", "rules", "python", "ast", "motif")
+
+
+def _default_threads() -> int:
+    return max(1, min(os.cpu_count() or 2, 8))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Typed settings; see the module docstring for names and precedence."""
+
+    model: str = ""  # GGUF path; empty: the embedded default model
+    threads: int = field(default_factory=_default_threads)
+    context_size: int = 4096
+    max_tokens: int = 128
+    max_latency_ms: int = 1500
+    debounce_ms: int = 60
+    languages: tuple[str, ...] = ()  # LSP languageIds to complete; empty: all
+    sources: tuple[str, ...] = ("all",)
+    prefix_reuse: bool = True
+    speculative: bool = True
+
+    def source_names(self) -> tuple[str, ...]:
+        """The enabled draft sources, ``all`` expanded."""
+        if "all" in self.sources:
+            return SOURCE_NAMES
+        return tuple(s for s in SOURCE_NAMES if s in self.sources)
+
+
+_BOUNDS: dict[str, tuple[int, int]] = {
+    "threads": (1, 256),
+    "context_size": (256, 131072),
+    "max_tokens": (1, 8192),
+    "max_latency_ms": (10, 600_000),
+    "debounce_ms": (0, 10_000),
+}
+
+
+def camel(name: str) -> str:
+    """``max_tokens`` -> ``maxTokens`` (the LSP / VS Code spelling)."""
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def _coerce(name: str, kind: Any, value: Any) -> Any:
+    """Convert ``value`` for field ``name`` or raise ``ValueError`` with a message."""
+    if kind is bool or kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise ValueError(f"{name} must be true or false, not {value!r}")
+    if kind is int or kind == "int":
+        if isinstance(value, bool) or not isinstance(value, (int, str, float)):
+            raise ValueError(f"{name} must be an integer, not {value!r}")
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be an integer, not {value!r}") from None
+        if isinstance(value, float) and number != value:
+            raise ValueError(f"{name} must be an integer, not {value!r}")
+        lo, hi = _BOUNDS.get(name, (-(2**31), 2**31))
+        if not lo <= number <= hi:
+            raise ValueError(f"{name} must be between {lo} and {hi}, not {number}")
+        return number
+    if kind is str or kind == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, not {value!r}")
+        return value
+    # tuple[str, ...]: a list of strings, or a comma-separated string
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        items = list(value)
+    else:
+        raise ValueError(f"{name} must be a list of strings, not {value!r}")
+    if name == "sources":
+        unknown = [v for v in items if v != "all" and v not in SOURCE_NAMES]
+        if unknown:
+            raise ValueError(
+                f"unknown draft source(s) {', '.join(unknown)}; choose from all, "
+                + ", ".join(SOURCE_NAMES)
+            )
+    return tuple(items)
+
+
+def _kinds() -> dict[str, Any]:
+    hints = {"bool": bool, "int": int, "str": str}
+    return {f.name: hints.get(str(f.type), tuple) for f in fields(Settings)}
+
+
+def apply(
+    base: Settings, values: Mapping[str, Any], *, camel_case: bool = False
+) -> tuple[Settings, list[str], list[str]]:
+    """Layer ``values`` over ``base``.
+
+    Returns ``(settings, changed, errors)``: ``changed`` names the fields set
+    from ``values``; ``errors`` are one-line messages for bad values (their
+    field keeps ``base``'s value). Unknown keys are errors too. With
+    ``camel_case`` the keys are LSP spellings (``maxTokens``).
+    """
+    kinds = _kinds()
+    by_key = {camel(n) if camel_case else n: n for n in kinds}
+    updates: dict[str, Any] = {}
+    errors: list[str] = []
+    for key, value in values.items():
+        name = by_key.get(key)
+        if name is None:
+            errors.append(f"unknown setting {key!r}")
+            continue
+        if value is None:
+            continue
+        try:
+            updates[name] = _coerce(key, kinds[name], value)
+        except ValueError as exc:
+            errors.append(f"{exc}; keeping {getattr(base, name)!r}")
+    return dataclasses.replace(base, **updates), sorted(updates), errors
+
+
+def config_path(env: Mapping[str, str] | None = None) -> Path:
+    """Where the config file is read from (it need not exist)."""
+    env = os.environ if env is None else env
+    if env.get("STRUCTSPEC_CONFIG"):
+        return Path(env["STRUCTSPEC_CONFIG"]).expanduser()
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "structspec" / "config.toml"
+
+
+@dataclass
+class LoadedSettings:
+    """Settings with the origin of each value (``default``, ``file``, ``env``, ``flag``)."""
+
+    settings: Settings
+    origins: dict[str, str]
+    errors: list[str]
+    path: Path
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> LoadedSettings:
+    """Default < config file < environment < flags (``None`` flags are unset)."""
+    env = os.environ if env is None else env
+    path = config_path(env)
+    settings = Settings()
+    origins = {f.name: "default" for f in fields(Settings)}
+    errors: list[str] = []
+    file_values: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            file_values = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            errors.append(f"{path}: cannot read config file ({exc}); using defaults")
+    env_values = {
+        f.name: env[f"STRUCTSPEC_{f.name.upper()}"]
+        for f in fields(Settings)
+        if f"STRUCTSPEC_{f.name.upper()}" in env
+    }
+    layers = (("file", file_values), ("env", env_values), ("flag", dict(flags or {})))
+    for origin, values in layers:
+        values = {k: v for k, v in values.items() if v is not None}
+        settings, changed, errs = apply(settings, values)
+        errors += [f"{origin}: {e}" for e in errs]
+        for name in changed:
+            origins[name] = origin
+    return LoadedSettings(settings, origins, errors, path)

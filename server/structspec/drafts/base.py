@@ -1,0 +1,87 @@
+"""The draft-source interface.
+
+A draft source guesses the tokens that follow the current context, cheaply and
+without the model. The engine verifies every guess, so a source may be wrong
+as often as it likes; it only costs time. A source is::
+
+    class MySource:
+        name = "mysource"
+        def propose(self, ctx: DraftContext) -> Draft | None: ...
+        def observe(self, draft: Draft, accepted: int) -> None: ...   # feedback
+
+``propose`` must be fast (micro- to sub-millisecond): it runs once per
+verification pass, on the decode hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from structspec.model.base import Model
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """Proposed continuation tokens.
+
+    ``tier`` refines the acceptance statistics the controller keeps for the
+    source (for example the match length of a lookup, or a rule's confidence
+    tier), so that it can learn how far to trust each kind of guess.
+    """
+
+    tokens: tuple[int, ...]
+    source: str
+    tier: str = ""
+
+    @property
+    def key(self) -> str:
+        """The statistics key: ``source`` or ``source:tier``."""
+        return f"{self.source}:{self.tier}" if self.tier else self.source
+
+
+@dataclass
+class DraftContext:
+    """What a source sees when asked to draft.
+
+    ``tokens`` is the prompt followed by the output so far; its last token is
+    the pending one, whose successors are drafted. It grows in place during a
+    generation (sources may index it incrementally: ``generation`` changes when
+    a new generation starts). ``corpus`` holds other token sequences worth
+    looking in (the open buffers of an editor). ``language`` is an LSP
+    languageId when known.
+    """
+
+    model: Model
+    tokens: list[int]
+    n_prompt: int
+    max_tokens: int = 16
+    corpus: Sequence[Sequence[int]] = ()
+    language: str | None = None
+    generation: int = 0
+    prefix_text: str = ""
+    _text_cache: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def text_tail(self, n_tokens: int = 48) -> str:
+        """Decoded text of the last ``n_tokens`` tokens (cached per context length)."""
+        key = len(self.tokens) * 1024 + n_tokens
+        text = self._text_cache.get(key)
+        if text is None:
+            self._text_cache.clear()
+            tail = self.tokens[-n_tokens:]
+            raw = b"".join(self.model.token_bytes(t) for t in tail)
+            text = raw.decode("utf-8", "ignore")
+            self._text_cache[key] = text
+        return text
+
+
+@runtime_checkable
+class DraftSource(Protocol):
+    """A cheap guesser of the next tokens; see the module docstring."""
+
+    name: str
+
+    def propose(self, ctx: DraftContext) -> Draft | None: ...
+
+    def observe(self, draft: Draft, accepted: int) -> None: ...

@@ -1,0 +1,111 @@
+"""Lookup drafting: continue the current text the way it continued before.
+
+The draft is what followed the longest earlier occurrence of the context's
+suffix, found in the context itself (prompt and output so far) or in the
+corpus (the other open buffers in an editor). A bigram index makes a query a
+dictionary hit plus a short backward extension per candidate; it is updated
+incrementally as the output grows.
+
+The tier of a draft is its match length bucket (``m2``, ``m3``, ``m4``,
+``m6``, ``m8``): a long match is far more often right than a short one, and the
+controller learns each bucket's acceptance separately.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from structspec.drafts.base import Draft, DraftContext
+
+_TIERS = (8, 6, 4, 3, 2)
+
+
+class _BigramIndex:
+    """Positions ``p`` (of the second token) of every bigram of a token sequence."""
+
+    def __init__(self) -> None:
+        self.positions: dict[tuple[int, int], list[int]] = {}
+        self.indexed = 0  # tokens covered so far
+
+    def extend(self, seq: Sequence[int]) -> None:
+        pos = self.positions
+        for p in range(max(1, self.indexed), len(seq)):
+            key = (seq[p - 1], seq[p])
+            bucket = pos.get(key)
+            if bucket is None:
+                pos[key] = [p]
+            else:
+                bucket.append(p)
+        self.indexed = len(seq)
+
+
+def _tier(match: int) -> str:
+    for t in _TIERS:
+        if match >= t:
+            return f"m{t}"
+    return "m1"
+
+
+class LookupSource:
+    """Longest-suffix-match drafting over the context and a corpus."""
+
+    name = "lookup"
+
+    def __init__(self, *, min_match: int = 2, max_match: int = 16, max_candidates: int = 24):
+        self.min_match = max(2, min_match)
+        self.max_match = max_match
+        self.max_candidates = max_candidates
+        self._own = _BigramIndex()
+        self._generation = -1
+        self._corpus: dict[int, tuple[Sequence[int], _BigramIndex]] = {}
+
+    def _index_for(self, seq: Sequence[int]) -> _BigramIndex:
+        entry = self._corpus.get(id(seq))
+        if entry is None or entry[0] is not seq or len(seq) < entry[1].indexed:
+            if len(self._corpus) > 64:
+                self._corpus.clear()
+            entry = (seq, _BigramIndex())
+            self._corpus[id(seq)] = entry
+        entry[1].extend(seq)
+        return entry[1]
+
+    def propose(self, ctx: DraftContext) -> Draft | None:
+        toks = ctx.tokens
+        n = len(toks)
+        if n < 2 or ctx.max_tokens <= 0:
+            return None
+        if ctx.generation != self._generation:
+            self._own = _BigramIndex()
+            self._generation = ctx.generation
+        self._own.extend(toks)
+        best_len, best_seq, best_pos = 0, toks, -1
+        key = (toks[-2], toks[-1])
+        searches: list[tuple[Sequence[int], _BigramIndex]] = [(toks, self._own)]
+        searches += [(seq, self._index_for(seq)) for seq in ctx.corpus if len(seq) > 2]
+        for seq, index in searches:
+            cands = index.positions.get(key)
+            if not cands:
+                continue
+            for p in reversed(cands[-self.max_candidates :]):
+                if seq is toks and p >= n - 1:
+                    continue  # the suffix itself
+                if p + 1 >= len(seq):
+                    continue  # nothing follows
+                length = 2
+                while (
+                    length < self.max_match
+                    and p - length >= 0
+                    and seq[p - length] == toks[n - 1 - length]
+                ):
+                    length += 1
+                if length > best_len:
+                    best_len, best_seq, best_pos = length, seq, p
+                    if length >= self.max_match:
+                        break
+        if best_len < self.min_match or best_pos < 0:
+            return None
+        draft = tuple(best_seq[best_pos + 1 : best_pos + 1 + ctx.max_tokens])
+        return Draft(draft, self.name, _tier(best_len)) if draft else None
+
+    def observe(self, draft: Draft, accepted: int) -> None:
+        pass

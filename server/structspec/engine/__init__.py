@@ -1,0 +1,39 @@
+"""The engine: decode loops and draft control. Pure logic over the ``Model`` protocol."""
+
+from structspec.engine.control import (
+    AdaptiveKController,
+    CostModel,
+    DraftPlanner,
+    EntropyGate,
+    measure_cost,
+)
+from structspec.engine.decode import (
+    Engine,
+    EngineError,
+    Generation,
+    GenerationOptions,
+    GenerationResult,
+    Step,
+    accepted_length,
+    fit_prompt,
+)
+from structspec.engine.stats import GenerationStats, PassTrace, SourceStats
+
+__all__ = [
+    "AdaptiveKController",
+    "CostModel",
+    "DraftPlanner",
+    "Engine",
+    "EngineError",
+    "EntropyGate",
+    "Generation",
+    "GenerationOptions",
+    "GenerationResult",
+    "GenerationStats",
+    "PassTrace",
+    "SourceStats",
+    "Step",
+    "accepted_length",
+    "fit_prompt",
+    "measure_cost",
+]

@@ -1,0 +1,277 @@
+"""Draft-length control: how many drafted tokens are worth one verification pass.
+
+A pass that verifies ``k`` drafted tokens decodes ``k + 1`` rows (the pending
+bonus token plus the draft) and costs ``t(k + 1)`` milliseconds. If ``p_i`` is
+the probability that draft token ``i`` is accepted given that tokens
+``1..i-1`` were, the pass yields in expectation
+
+    E(k) = 1 + sum_{i=1..k} prod_{j=1..i} p_j          (the bonus always comes)
+
+tokens, and we pick ``k`` to maximise ``E(k) / t(k + 1)``. Greedy decoding is
+``k = 0`` at ``1 / t(1)``; a draft is only sent when its gain
+
+    gain(k) = (E(k) / t(k + 1)) / (1 / t(1))
+
+exceeds ``min_gain`` (1 by default). On CPU ``t`` is far from flat (every row
+pays the output head) and not monotone (row counts that are multiples of 4 are
+cheap), so a pass may be padded to a cheaper row count with further draft
+tokens: they cost nothing extra and may be accepted.
+
+- ``CostModel`` holds ``t(n)`` for ``n = 1..16`` (measured per model and
+  machine, see ``measure_cost``).
+- ``AdaptiveKController`` keeps ``p_i`` per source key and draft position as
+  decayed acceptance counts.
+- ``EntropyGate`` scales the expectation by how the acceptance of the first
+  draft token depends on the top-1/top-2 margin of the last verified row: a
+  confident model is easier to predict.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from structspec.drafts.base import Draft, DraftContext, DraftSource
+
+MAX_ROWS = 16
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """``ms[n - 1]`` is the time of one verification pass of ``n`` rows."""
+
+    ms: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.ms or any(not (v > 0 and math.isfinite(v)) for v in self.ms):
+            raise ValueError(f"a cost table needs positive times, got {self.ms!r}")
+
+    @classmethod
+    def linear(cls, base: float = 1.0, per_row: float = 0.0, rows: int = MAX_ROWS) -> CostModel:
+        """``t(n) = base + per_row * (n - 1)``: a GPU-like flat table when ``per_row`` is small."""
+        return cls(tuple(base + per_row * (n - 1) for n in range(1, rows + 1)))
+
+    @property
+    def max_rows(self) -> int:
+        return len(self.ms)
+
+    def t(self, rows: int) -> float:
+        return self.ms[min(rows, self.max_rows) - 1]
+
+    def padded_rows(self, rows: int) -> int:
+        """The cheapest row count ``>= rows`` (pad to it when drafts allow)."""
+        best = rows
+        for n in range(rows, self.max_rows + 1):
+            if self.ms[n - 1] < self.ms[best - 1]:
+                best = n
+        return best
+
+    def best_k(self, probs: Sequence[float], scale: float = 1.0) -> tuple[int, float]:
+        """Best number of draft tokens for conditional acceptance ``probs``, and its gain.
+
+        ``scale`` multiplies the expected number of accepted drafts (the entropy
+        gate). The row count of each ``k`` is padded to the cheapest count the
+        draft can fill.
+        """
+        t1 = self.ms[0]
+        best_k, best_gain = 0, 1.0
+        expected, survive = 1.0, 1.0
+        n_avail = min(len(probs), self.max_rows - 1)
+        for k in range(1, n_avail + 1):
+            survive *= probs[k - 1]
+            expected += scale * survive
+            rows = min(self.padded_rows(k + 1), n_avail + 1)
+            gain = (expected / self.t(rows)) * t1
+            if gain > best_gain:
+                best_k, best_gain = k, gain
+        return best_k, best_gain
+
+
+def measure_cost(
+    run_rows: Callable[[int], None], *, rows: int = MAX_ROWS, reps: int = 5
+) -> CostModel:
+    """Time ``run_rows(n)`` (one verification pass of ``n`` rows) for ``n = 1..rows``.
+
+    Sizes are interleaved across repetitions so that drift of a shared machine
+    hits every size alike; the median of each size is kept, then the table is
+    made monotone where a larger pass measured cheaper than a smaller one only
+    by noise (a real dip, like multiples of 4 on CPU, is several ms and stays).
+    """
+    samples: dict[int, list[float]] = {n: [] for n in range(1, rows + 1)}
+    run_rows(1)  # warm-up
+    for _ in range(reps):
+        for n in range(1, rows + 1):
+            t0 = time.perf_counter()
+            run_rows(n)
+            samples[n].append((time.perf_counter() - t0) * 1000.0)
+    med = [sorted(v)[len(v) // 2] for _, v in sorted(samples.items())]
+    return CostModel(tuple(med))
+
+
+class AdaptiveKController:
+    """Rolling acceptance per source key and draft position.
+
+    For each key and position ``i`` it keeps decayed counts of trials and
+    successes of "draft token ``i`` accepted, given ``1..i-1`` were". A prior of
+    ``prior_weight`` pseudo-trials at the source's prior rate starts it off and
+    keeps rare keys sane; a ``source:tier`` key borrows its source's estimate
+    as its prior.
+    """
+
+    def __init__(
+        self,
+        priors: dict[str, float] | None = None,
+        *,
+        default_prior: float = 0.5,
+        prior_weight: float = 3.0,
+        decay: float = 0.98,
+        max_k: int = MAX_ROWS - 1,
+    ) -> None:
+        self.priors = dict(priors or {})
+        self.default_prior = default_prior
+        self.prior_weight = prior_weight
+        self.decay = decay
+        self.max_k = max_k
+        self._trials: dict[str, list[float]] = {}
+        self._hits: dict[str, list[float]] = {}
+
+    def _counts(self, key: str) -> tuple[list[float], list[float]]:
+        if key not in self._trials:
+            self._trials[key] = [0.0] * self.max_k
+            self._hits[key] = [0.0] * self.max_k
+        return self._trials[key], self._hits[key]
+
+    def _prior(self, key: str, i: int) -> float:
+        source, _, tier = key.partition(":")
+        if key in self.priors:
+            return self.priors[key]
+        if tier:
+            return self.prob(source, i)
+        return self.priors.get(source, self.default_prior)
+
+    def prob(self, key: str, i: int) -> float:
+        """Estimated acceptance of draft position ``i`` (0-based) for ``key``."""
+        i = min(i, self.max_k - 1)
+        trials, hits = self._trials.get(key), self._hits.get(key)
+        prior = self._prior(key, i)
+        if trials is None or hits is None:
+            return prior
+        w = self.prior_weight
+        return (hits[i] + prior * w) / (trials[i] + w)
+
+    def probs(self, key: str, k: int) -> list[float]:
+        return [self.prob(key, i) for i in range(min(k, self.max_k))]
+
+    def observe(self, key: str, drafted: int, accepted: int) -> None:
+        """Positions ``< accepted`` succeeded, position ``accepted`` failed, the rest unseen."""
+        if drafted <= 0:
+            return
+        for k in (key, key.partition(":")[0]) if ":" in key else (key,):
+            trials, hits = self._counts(k)
+            for i in range(min(accepted + 1, drafted, self.max_k)):
+                trials[i] = trials[i] * self.decay + 1.0
+                hits[i] = hits[i] * self.decay + (1.0 if i < accepted else 0.0)
+
+
+class EntropyGate:
+    """Scales expected acceptance by the model's confidence at the last verified row.
+
+    Margins (top-1 minus top-2 logit) fall into ``edges`` buckets; per bucket
+    it tracks how often the first draft token is accepted, relative to all
+    buckets. The ratio, shrunk towards 1 while a bucket has few samples, is
+    the scale applied to the expected accepted drafts.
+    """
+
+    def __init__(
+        self,
+        edges: Sequence[float] = (0.5, 1.0, 2.0, 4.0, 8.0),
+        *,
+        weight: float = 8.0,
+        decay: float = 0.995,
+        bounds: tuple[float, float] = (0.1, 1.5),
+    ) -> None:
+        self.edges = tuple(edges)
+        self.weight = weight
+        self.decay = decay
+        self.bounds = bounds
+        n = len(self.edges) + 1
+        self._trials = [0.0] * n
+        self._hits = [0.0] * n
+
+    def bucket(self, margin: float) -> int:
+        for i, e in enumerate(self.edges):
+            if margin < e:
+                return i
+        return len(self.edges)
+
+    def scale(self, margin: float) -> float:
+        total_t, total_h = sum(self._trials), sum(self._hits)
+        if total_t < 1.0:
+            return 1.0
+        overall = (total_h + 0.5) / (total_t + 1.0)
+        b = self.bucket(margin)
+        rate = (self._hits[b] + overall * self.weight) / (self._trials[b] + self.weight)
+        lo, hi = self.bounds
+        return min(hi, max(lo, rate / overall))
+
+    def observe(self, margin: float, accepted_first: bool) -> None:
+        b = self.bucket(margin)
+        self._trials = [t * self.decay for t in self._trials]
+        self._hits = [h * self.decay for h in self._hits]
+        self._trials[b] += 1.0
+        self._hits[b] += 1.0 if accepted_first else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one pass verifies: ``draft`` (possibly padded) and the gain expected of it."""
+
+    draft: Draft
+    gain: float
+
+
+class DraftPlanner:
+    """Asks every source for a draft and keeps the one with the best expected gain."""
+
+    def __init__(
+        self,
+        cost: CostModel,
+        controller: AdaptiveKController | None = None,
+        gate: EntropyGate | None = None,
+        *,
+        min_gain: float = 1.0,
+    ) -> None:
+        self.cost = cost
+        self.controller = controller or AdaptiveKController()
+        self.gate = gate
+        self.min_gain = min_gain
+
+    def plan(
+        self, ctx: DraftContext, sources: Sequence[DraftSource], limit: int, margin: float
+    ) -> Plan | None:
+        """The draft worth verifying next, at most ``limit`` tokens, or ``None`` for a plain step."""
+        limit = min(limit, self.cost.max_rows - 1)
+        if limit <= 0:
+            return None
+        ctx.max_tokens = limit
+        scale = self.gate.scale(margin) if self.gate else 1.0
+        best: Plan | None = None
+        for source in sources:
+            draft = source.propose(ctx)
+            if draft is None or not draft.tokens:
+                continue
+            tokens = draft.tokens[:limit]
+            k, gain = self.cost.best_k(self.controller.probs(draft.key, len(tokens)), scale)
+            if k == 0 or gain <= self.min_gain or (best is not None and gain <= best.gain):
+                continue
+            # Pad to the cheapest row count the draft can fill: free extra guesses.
+            rows = min(self.cost.padded_rows(k + 1), len(tokens) + 1)
+            best = Plan(Draft(tokens[: rows - 1], draft.source, draft.tier), gain)
+        return best
+
+    def observe(self, plan: Plan, accepted: int, margin: float) -> None:
+        self.controller.observe(plan.draft.key, len(plan.draft.tokens), accepted)
+        if self.gate is not None:
+            self.gate.observe(margin, accepted > 0)

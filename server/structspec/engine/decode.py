@@ -1,0 +1,308 @@
+"""The decode loop: greedy and speculative decoding are one loop.
+
+State between passes: the model's KV cache holds the context except its last
+token, the *pending* token (the model's own choice from the previous pass, not
+yet evaluated). One pass:
+
+1. a planner picks a draft ``d_1..d_k`` (``k = 0`` is a plain greedy step);
+2. the model verifies ``[pending, d_1, ..., d_k]`` in one batch; row ``i``
+   gives ``a_i = argmax(logits_i)``, the greedy choice after ``pending, d_1..d_i``;
+3. the accepted length is the longest ``m`` with ``d_i == a_{i-1}`` for all
+   ``i <= m``; the pass emits ``d_1..d_m`` and the bonus ``a_m``;
+4. rows after ``d_m`` are rolled back from the cache; ``a_m`` becomes pending.
+
+Every emitted token is some row's argmax given exactly the tokens before it, so
+the output is the greedy output whatever the draft: drafting changes speed,
+never text. Greedy decoding is the same loop with no planner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from structspec.drafts.base import Draft, DraftContext, DraftSource
+from structspec.engine.control import DraftPlanner, Plan
+from structspec.engine.stats import GenerationStats
+from structspec.engine.stops import TextStream
+from structspec.model.base import Model
+
+#: Rows a pass may add beyond the current context: the pending token plus the
+#: largest draft. The prompt is fitted so that generation never runs into it.
+PASS_ROWS_RESERVE = 16
+
+
+class EngineError(ValueError):
+    """A request the engine cannot serve (the message is for the user)."""
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """What to generate. ``speculative=False`` is the greedy baseline."""
+
+    max_tokens: int = 128
+    stop: tuple[str, ...] = ()
+    speculative: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The outcome of one verification pass."""
+
+    tokens: tuple[int, ...]
+    text: str
+    drafted: int
+    accepted: int
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]
+    prompt_tokens: list[int]
+    stats: GenerationStats
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def stop_reason(self) -> str:
+        return self.stats.stop_reason
+
+
+def accepted_length(draft: Sequence[int], argmax: Sequence[int]) -> int:
+    """Longest ``m`` such that ``draft[i] == argmax[i]`` for all ``i < m``.
+
+    ``argmax[i]`` is the model's choice after the pending token and
+    ``draft[:i]``, so it is exactly what ``draft[i]`` must equal.
+    """
+    m = 0
+    while m < len(draft) and draft[m] == argmax[m]:
+        m += 1
+    return m
+
+
+def fit_prompt(
+    tokens: Sequence[int], n_ctx: int, max_tokens: int, bos: int | None
+) -> tuple[list[int], int, int]:
+    """Fit ``tokens`` and the generation into the context.
+
+    Returns ``(prompt, dropped, max_tokens)``: the prompt truncated from the
+    left (keeping a leading BOS) so that ``prompt + max_tokens + a pass`` fits,
+    the number of tokens dropped, and ``max_tokens`` clamped to half the
+    context when it alone would not fit.
+    """
+    max_tokens = max(0, min(max_tokens, (n_ctx - PASS_ROWS_RESERVE) // 2))
+    room = n_ctx - max_tokens - PASS_ROWS_RESERVE
+    if len(tokens) <= room:
+        return list(tokens), 0, max_tokens
+    keep_bos = bool(tokens) and bos is not None and tokens[0] == bos
+    head = [tokens[0]] if keep_bos else []
+    tail = list(tokens[len(tokens) - (room - len(head)) :])
+    return head + tail, len(tokens) - len(head) - len(tail), max_tokens
+
+
+class Engine:
+    """Generates from one model with a set of draft sources and a planner.
+
+    The planner's statistics live as long as the engine: acceptance learnt on
+    one request informs the next. ``stream`` is not reentrant; callers that
+    share an engine serialise on it (the LSP and HTTP servers hold a lock).
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        sources: Sequence[DraftSource] = (),
+        planner: DraftPlanner | None = None,
+    ) -> None:
+        self.model = model
+        self.sources = list(sources)
+        self.planner = planner
+        self._generation = 0
+
+    def generate(
+        self,
+        prompt_tokens: Sequence[int],
+        options: GenerationOptions | None = None,
+        **kwargs: object,
+    ) -> GenerationResult:
+        """Run a generation to the end and return its result."""
+        gen = self.stream(prompt_tokens, options, **kwargs)  # type: ignore[arg-type]
+        for _ in gen:
+            pass
+        assert gen.result is not None
+        return gen.result
+
+    def stream(
+        self,
+        prompt_tokens: Sequence[int],
+        options: GenerationOptions | None = None,
+        *,
+        corpus: Sequence[Sequence[int]] = (),
+        language: str | None = None,
+        cancelled: Callable[[], bool] | None = None,
+        sources: Sequence[DraftSource] | None = None,
+    ) -> Generation:
+        """Start a generation; iterate it for one ``Step`` per pass."""
+        self._generation += 1
+        return Generation(
+            self,
+            prompt_tokens,
+            options or GenerationOptions(),
+            corpus=corpus,
+            language=language,
+            cancelled=cancelled,
+            sources=self.sources if sources is None else list(sources),
+            generation=self._generation,
+        )
+
+
+class Generation:
+    """One generation in progress. Iterate it; ``result`` is set once it ends.
+
+    Abandoning the iteration (or ``cancelled()`` turning true) ends it between
+    passes, with the model's cache consistent for the next request.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        prompt_tokens: Sequence[int],
+        options: GenerationOptions,
+        *,
+        corpus: Sequence[Sequence[int]],
+        language: str | None,
+        cancelled: Callable[[], bool] | None,
+        sources: Sequence[DraftSource],
+        generation: int,
+    ) -> None:
+        model = engine.model
+        bos = model.bos_token()
+        if not prompt_tokens:
+            if bos is None:
+                raise EngineError("the prompt is empty and the model has no BOS token")
+            prompt_tokens = [bos]
+        prompt, dropped, max_tokens = fit_prompt(prompt_tokens, model.n_ctx, options.max_tokens, bos)
+        self.engine = engine
+        self.options = options
+        self.max_tokens = max_tokens
+        self.prompt = prompt
+        self.sources = sources
+        self.cancelled = cancelled or (lambda: False)
+        self.stats = GenerationStats(prompt_tokens=len(prompt), truncated_prompt_tokens=dropped)
+        self.warnings: list[str] = []
+        if dropped:
+            self.warnings.append(
+                f"prompt of {len(prompt_tokens)} tokens truncated from the left by {dropped} "
+                f"to fit the context of {model.n_ctx}"
+            )
+        if max_tokens < options.max_tokens:
+            self.warnings.append(f"max_tokens clamped to {max_tokens} by the context size")
+        self.ctx = DraftContext(
+            model=model,
+            tokens=list(prompt),
+            n_prompt=len(prompt),
+            corpus=corpus,
+            language=language,
+            generation=generation,
+        )
+        self.output: list[int] = []
+        self.text = TextStream(options.stop)
+        self.result: GenerationResult | None = None
+
+    def run(self) -> GenerationResult:
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
+
+    def __iter__(self) -> Iterator[Step]:
+        try:
+            yield from self._passes()
+        finally:
+            self._finish()
+
+    def _passes(self) -> Iterator[Step]:
+        model, stats, planner = self.engine.model, self.stats, self.engine.planner
+        speculative = self.options.speculative and planner is not None and bool(self.sources)
+        t0 = time.perf_counter()
+        stats.reused_tokens = model.prefill(self.prompt[:-1])
+        stats.prefill_ms = (time.perf_counter() - t0) * 1000.0
+        pending = self.prompt[-1]
+        margin = float("inf")
+        while not stats.stop_reason:
+            if self.cancelled():
+                stats.stop_reason = "cancelled"
+                break
+            remaining = self.max_tokens - len(self.output)
+            if remaining <= 0:
+                stats.stop_reason = "length"
+                break
+            room = model.n_ctx - len(model.cached_tokens) - 1
+            if room <= 0:
+                stats.stop_reason = "context"
+                break
+            t_plan = time.perf_counter()
+            plan: Plan | None = None
+            if speculative and planner is not None:
+                # The bonus token always comes: a draft longer than remaining - 1 is waste.
+                plan = planner.plan(self.ctx, self.sources, min(remaining - 1, room - 1), margin)
+            draft: tuple[int, ...] = plan.draft.tokens if plan else ()
+            t_verify = time.perf_counter()
+            base = len(model.cached_tokens)
+            rows = model.verify([pending, *draft])
+            m = accepted_length(draft, rows.argmax)
+            model.truncate(base + 1 + m)
+            t_done = time.perf_counter()
+            stats.draft_ms += (t_verify - t_plan) * 1000.0
+            stats.record_pass(plan.draft.key if plan else "", len(draft), m, (t_done - t_verify) * 1000.0)
+            if plan is not None and planner is not None:
+                planner.observe(plan, m, margin)
+                self._feedback(plan.draft, m)
+            margin = rows.margin[m]
+            step = self._emit([*draft[:m], rows.argmax[m]], len(draft), m)
+            pending = rows.argmax[m]
+            yield step
+
+    def _emit(self, new: list[int], drafted: int, accepted: int) -> Step:
+        """Append ``new`` to the output, applying EOS, stop strings and max tokens."""
+        model, stats = self.engine.model, self.stats
+        emitted: list[int] = []
+        delta = ""
+        for tok in new:
+            if model.is_eog(tok):
+                stats.stop_reason = "eos"
+                break
+            emitted.append(tok)
+            self.output.append(tok)
+            self.ctx.tokens.append(tok)
+            delta += self.text.push(model.token_bytes(tok))
+            if self.text.stopped:
+                stats.stop_reason = "stop"
+                break
+            if len(self.output) >= self.max_tokens:
+                stats.stop_reason = "length"
+                break
+        if stats.stop_reason and stats.stop_reason != "stop":
+            delta += self.text.finish()
+        return Step(tuple(emitted), delta, drafted, accepted)
+
+    def _feedback(self, draft: Draft, accepted: int) -> None:
+        for source in self.sources:
+            if source.name == draft.source:
+                source.observe(draft, accepted)
+
+    def _finish(self) -> None:
+        if self.result is not None:
+            return
+        if not self.stats.stop_reason:
+            self.stats.stop_reason = "cancelled"
+        self.text.finish()
+        self.stats.tokens = len(self.output)
+        self.result = GenerationResult(
+            text=self.text.text,
+            tokens=list(self.output),
+            prompt_tokens=list(self.prompt),
+            stats=self.stats,
+            warnings=self.warnings,
+        )

@@ -1,0 +1,105 @@
+"""The model protocol the engine decodes with.
+
+A model holds a KV cache of ``cached_tokens``. The engine only ever:
+
+- ``prefill(tokens)``: make the cache hold exactly ``tokens``, reusing the
+  longest common prefix with what is cached (no logits are needed);
+- ``verify(tokens)``: append ``tokens`` to the cache and return, for every
+  appended row ``i``, the greedy choice ``argmax(logits_i)`` and the top-1/top-2
+  margin of that row. Row ``i``'s logits predict the token after
+  ``cached + tokens[: i + 1]``;
+- ``truncate(n)``: roll the cache back to its first ``n`` tokens.
+
+Everything above this protocol is deterministic given what ``verify`` returns,
+which is what lets the tests prove the speculative loop exact on a stand-in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+class ModelError(Exception):
+    """A model could not be loaded or used; the message is one line for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """Greedy choices of verified rows: ``argmax[i]`` and ``margin[i]`` (top1 - top2 logit)."""
+
+    argmax: list[int]
+    margin: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCheck:
+    """Teacher-forced check of one emitted token.
+
+    ``gap`` is ``max(logits) - logits[token]`` of the row that chose ``token``:
+    0 when the token is the row's argmax.
+    """
+
+    token: int
+    argmax: int
+    gap: float
+
+
+@dataclass(frozen=True, slots=True)
+class FimTokens:
+    """Fill-in-the-middle special tokens of a vocabulary."""
+
+    prefix: int
+    suffix: int
+    middle: int
+
+
+@runtime_checkable
+class Model(Protocol):
+    """What the engine needs from a model. See the module docstring for the contract."""
+
+    name: str
+    n_ctx: int
+    n_vocab: int
+
+    @property
+    def cached_tokens(self) -> Sequence[int]: ...
+
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]: ...
+
+    def token_bytes(self, token: int) -> bytes: ...
+
+    def detokenize(self, tokens: Sequence[int]) -> str: ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+    def bos_token(self) -> int | None: ...
+
+    def fim_tokens(self) -> FimTokens | None: ...
+
+    def prefill(self, tokens: Sequence[int]) -> int:
+        """Make the cache hold exactly ``tokens``; return how many were reused."""
+        ...
+
+    def verify(self, tokens: Sequence[int]) -> Rows: ...
+
+    def truncate(self, n: int) -> None: ...
+
+    def teacher_forced(self, prompt: Sequence[int], output: Sequence[int]) -> list[TokenCheck]:
+        """Evaluate ``prompt + output`` in batches and check each output token."""
+        ...
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def detokenize_bytes(model: Model, tokens: Sequence[int]) -> bytes:
+    """The raw bytes of ``tokens`` (may end in the middle of a UTF-8 character)."""
+    return b"".join(model.token_bytes(t) for t in tokens)

@@ -1,0 +1,123 @@
+"""A deterministic stand-in model for exactness tests and offline simulation.
+
+Its vocabulary is a small character alphabet plus BOS and EOS, so text goes
+through it like through a real tokenizer (one token per character). The logits
+of a row are a pure function of the last ``order`` tokens:
+
+    logits(c) = sum_{j=1..order} W_j[c[-j]]        (W_j: seeded n_vocab x n_vocab)
+
+Each row is computed on its own, so, unlike llama.cpp on CPU, the result does
+not depend on how many rows share a batch: speculative and greedy decoding must
+agree bit for bit, which is what the tests assert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from structspec.model.base import FimTokens, ModelError, Rows, TokenCheck, common_prefix_len
+
+DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz_():.,=+-*[]{}'\" \n0123456789"
+BOS = 0
+EOS = 1
+
+
+class StandInModel:
+    """Numpy model with the ``Model`` interface; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        order: int = 3,
+        alphabet: str = DEFAULT_ALPHABET,
+        n_ctx: int = 4096,
+        eos_bias: float = 0.0,
+        temperature_scale: float = 1.0,
+    ) -> None:
+        self.name = f"stand-in(seed={seed},order={order})"
+        self.alphabet = alphabet
+        self.n_vocab = len(alphabet) + 2
+        self.n_ctx = n_ctx
+        self.order = order
+        rng = np.random.default_rng(seed)
+        self._w = rng.normal(0.0, temperature_scale, size=(order, self.n_vocab, self.n_vocab))
+        self._w[:, :, EOS] += eos_bias
+        self._w[:, :, BOS] = -1e9  # BOS is never predicted
+        self._char_to_id = {ch: i + 2 for i, ch in enumerate(alphabet)}
+        self._cache: list[int] = []
+        self.rows_evaluated = 0
+        self.verify_calls = 0
+
+    # -- tokenizer ---------------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
+        ids = [self._char_to_id[ch] for ch in text if ch in self._char_to_id]
+        return [BOS, *ids] if add_bos else ids
+
+    def token_bytes(self, token: int) -> bytes:
+        if token < 2 or token >= self.n_vocab:
+            return b""
+        return self.alphabet[token - 2].encode()
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOS
+
+    def bos_token(self) -> int | None:
+        return BOS
+
+    def fim_tokens(self) -> FimTokens | None:
+        return None
+
+    # -- KV cache ----------------------------------------------------------
+    @property
+    def cached_tokens(self) -> Sequence[int]:
+        return self._cache
+
+    def logits(self, context: Sequence[int]) -> np.ndarray:
+        """The logits predicting the token after ``context``."""
+        out = np.zeros(self.n_vocab)
+        for j in range(1, min(self.order, len(context)) + 1):
+            out += self._w[j - 1, context[-j]]
+        return out
+
+    def prefill(self, tokens: Sequence[int]) -> int:
+        if len(tokens) > self.n_ctx:
+            raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
+        reused = common_prefix_len(self._cache, tokens)
+        self._cache = list(tokens)
+        return reused
+
+    def verify(self, tokens: Sequence[int]) -> Rows:
+        if not tokens:
+            return Rows([], [])
+        if len(self._cache) + len(tokens) > self.n_ctx:
+            raise ModelError("verify past the end of the context")
+        self.verify_calls += 1
+        argmax: list[int] = []
+        margin: list[float] = []
+        for tok in tokens:
+            self._cache.append(int(tok))
+            row = self.logits(self._cache)
+            top2 = np.partition(row, -2)[-2:]
+            argmax.append(int(np.argmax(row)))
+            margin.append(float(top2[1] - top2[0]))
+        self.rows_evaluated += len(tokens)
+        return Rows(argmax, margin)
+
+    def truncate(self, n: int) -> None:
+        del self._cache[max(0, n) :]
+
+    def teacher_forced(self, prompt: Sequence[int], output: Sequence[int]) -> list[TokenCheck]:
+        seq = list(prompt)
+        checks = []
+        for tok in output:
+            row = self.logits(seq)
+            best = int(np.argmax(row))
+            checks.append(TokenCheck(int(tok), best, float(row[best] - row[tok])))
+            seq.append(int(tok))
+        return checks

@@ -1,0 +1,91 @@
+"""Assemble a ready engine from settings: model, draft sources, cost model, planner.
+
+This is the one place the surfaces (CLI, LSP, HTTP) get an engine from, so
+they never touch llama.cpp themselves.
+
+Model specs: a GGUF path; empty for the embedded default model (assembled from
+its PyPI package on first use, path announced once); or ``standin[:SEED]``,
+the deterministic numpy toy model used by the tests (not a language model).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from structspec.config import Settings
+from structspec.drafts.registry import build_sources
+from structspec.engine.control import AdaptiveKController, CostModel, DraftPlanner, EntropyGate
+from structspec.engine.decode import Engine
+from structspec.model.base import Model, ModelError
+from structspec.model.standin import StandInModel
+
+Announce = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+#: Acceptance priors per source key, before anything is observed. A tier
+#: unknown here borrows its source's running estimate.
+PRIORS: dict[str, float] = {
+    "lookup": 0.55,
+    "lookup:m2": 0.35,
+    "lookup:m3": 0.5,
+    "lookup:m4": 0.6,
+    "lookup:m6": 0.7,
+    "lookup:m8": 0.8,
+    "rules": 0.6,
+    "python": 0.7,
+    "ast": 0.75,
+    "motif": 0.6,
+}
+
+
+def open_model(
+    spec: str, *, context_size: int = 4096, threads: int = 2, announce: Announce = _stderr
+) -> Model:
+    """Open the model named by ``spec`` (see the module docstring)."""
+    if spec == "standin" or spec.startswith("standin:"):
+        seed = spec.partition(":")[2] or "0"
+        if not seed.isdigit():
+            raise ModelError(f"standin model seed must be an integer, not {seed!r}")
+        return StandInModel(seed=int(seed), n_ctx=context_size, eos_bias=-3.0)
+    from structspec.model.llama import LlamaModel, default_model_path
+
+    path = spec or str(default_model_path(announce))
+    return LlamaModel.load(path, n_ctx=context_size, threads=threads)
+
+
+def cost_model_for(model: Model, announce: Announce = _stderr) -> CostModel:
+    """The verification cost table of ``model`` on this machine (measured once, cached)."""
+    from structspec.model.llama import LlamaModel
+
+    if isinstance(model, LlamaModel):
+        return model.cost_model(announce)
+    # The stand-in is a CPU-free toy: give it a CPU-like table so control is exercised.
+    return CostModel(tuple(1.0 + 0.35 * (n - 1) for n in range(1, 17)))
+
+
+def make_planner(cost: CostModel) -> DraftPlanner:
+    return DraftPlanner(cost, AdaptiveKController(PRIORS), EntropyGate())
+
+
+def load_engine(
+    settings: Settings,
+    *,
+    model: Model | None = None,
+    sources: Sequence[str] | None = None,
+    announce: Announce = _stderr,
+) -> Engine:
+    """An engine for ``settings`` (``model`` reuses an open one; ``sources`` overrides)."""
+    if model is None:
+        model = open_model(
+            settings.model,
+            context_size=settings.context_size,
+            threads=settings.threads,
+            announce=announce,
+        )
+    names = settings.source_names() if sources is None else tuple(sources)
+    return Engine(model, build_sources(names, model), make_planner(cost_model_for(model, announce)))
