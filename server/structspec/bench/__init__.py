@@ -1,0 +1,1 @@
+"""Benchmarks: suites of prompts and the side-by-side harness behind ``structspec benchmark``."""

@@ -1,0 +1,220 @@
+"""Side-by-side runs of decoding modes on the same prompts, in one process.
+
+Modes: ``greedy`` (the engine with no drafts), ``structspec`` (the engine with
+its draft sources) and ``pld`` (llama-cpp-python's own
+``LlamaPromptLookupDecoding(num_pred_tokens=10)`` through its high-level
+``Llama.generate``). For fairness every run starts from a cold KV cache, and
+the modes of one prompt run back to back in rotating order so that drift of a
+shared machine hits them alike.
+
+Speed is measured the same way for every mode: ``decode_tps`` is tokens after
+the first divided by the time after the first token (the prompt's prefill is
+the same work in every mode), ``e2e_tps`` counts everything from the request.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from structspec.bench.suites import Prompt
+from structspec.engine.decode import Engine, GenerationOptions
+from structspec.engine.stats import PassTrace
+from structspec.model.base import Model
+
+MODES = ("greedy", "structspec", "pld")
+#: A token's logit may sit this far below its row's maximum through batch-shape
+#: noise alone (calibrated on plain greedy output; see FACTS.md).
+NEAR_TIE = 1.0
+
+
+@dataclass
+class Run:
+    """One generation of one prompt in one mode."""
+
+    prompt_id: str
+    mode: str
+    repeat: int
+    tokens: list[int]
+    seconds: float  # request to last token
+    decode_seconds: float  # first token to last token
+    passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    sources: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> drafted, accepted
+    trace: list[PassTrace] = field(default_factory=list)
+
+    @property
+    def decode_tps(self) -> float:
+        n = len(self.tokens) - 1
+        return n / self.decode_seconds if n > 0 and self.decode_seconds > 0 else 0.0
+
+    @property
+    def e2e_tps(self) -> float:
+        return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0
+
+
+def run_engine(
+    engine: Engine, prompt: Prompt, tokens: Sequence[int], mode: str, repeat: int, max_tokens: int
+) -> Run:
+    engine.model.truncate(0)  # cold cache: no mode profits from another's prefill
+    t0 = time.perf_counter()
+    t_first = None
+    gen = engine.stream(tokens, GenerationOptions(max_tokens=max_tokens, speculative=mode != "greedy"))
+    for step in gen:
+        if t_first is None and step.tokens:
+            t_first = time.perf_counter()
+    t_end = time.perf_counter()
+    res = gen.result
+    assert res is not None
+    s = res.stats
+    return Run(
+        prompt.id, mode, repeat, res.tokens, t_end - t0, t_end - (t_first or t_end),
+        passes=s.passes, drafted=s.drafted, accepted=s.accepted,
+        sources={k: (v.drafted, v.accepted) for k, v in s.by_source().items()},
+        trace=s.trace,
+    )
+
+
+class PromptLookupBaseline:
+    """llama-cpp-python's own prompt-lookup speculative decoding, greedy."""
+
+    def __init__(self, model_path: str, threads: int, n_ctx: int) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.llm = Llama(
+            model_path=model_path,
+            n_ctx=n_ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
+            verbose=False,
+        )
+
+    def run(self, prompt: Prompt, tokens: Sequence[int], repeat: int, max_tokens: int,
+            is_eog: Callable[[int], bool]) -> Run:
+        self.llm.reset()
+        out: list[int] = []
+        t0 = time.perf_counter()
+        t_first = None
+        for tok in self.llm.generate(list(tokens), top_k=1, temp=0.0, repeat_penalty=1.0):
+            if is_eog(tok):
+                break
+            if t_first is None:
+                t_first = time.perf_counter()
+            out.append(tok)
+            if len(out) >= max_tokens:
+                break
+        t_end = time.perf_counter()
+        return Run(prompt.id, "pld", repeat, out, t_end - t0, t_end - (t_first or t_end))
+
+
+@dataclass
+class Exactness:
+    """Teacher-forced check of emitted tokens: exact argmax, near-tie, or off."""
+
+    exact: int = 0
+    near_tie: int = 0
+    off: int = 0
+    worst_gap: float = 0.0
+
+    def add(self, gaps: Sequence[float]) -> None:
+        for g in gaps:
+            if g <= 0.0:
+                self.exact += 1
+            elif g <= NEAR_TIE:
+                self.near_tie += 1
+            else:
+                self.off += 1
+            self.worst_gap = max(self.worst_gap, g)
+
+
+def teacher_forced_gaps(model: Model, prompt_tokens: Sequence[int], output: Sequence[int]) -> list[float]:
+    model.truncate(0)
+    return [c.gap for c in model.teacher_forced(prompt_tokens, output)]
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, min, max, p10 and p90 of ``values``."""
+    if not values:
+        return {"median": 0.0, "min": 0.0, "max": 0.0, "p10": 0.0, "p90": 0.0}
+    v = sorted(values)
+
+    def q(f: float) -> float:
+        return v[min(len(v) - 1, max(0, round(f * (len(v) - 1))))]
+
+    return {"median": statistics.median(v), "min": v[0], "max": v[-1], "p10": q(0.1), "p90": q(0.9)}
+
+
+def summarize(runs: Sequence[Run], modes: Sequence[str]) -> dict[str, Any]:
+    """Per-mode totals, per-prompt speed ratios against greedy and pld, acceptance."""
+    by: dict[tuple[str, str], list[Run]] = {}
+    for r in runs:
+        by.setdefault((r.prompt_id, r.mode), []).append(r)
+    prompt_ids = list(dict.fromkeys(r.prompt_id for r in runs))
+    out: dict[str, Any] = {"prompts": len(prompt_ids), "modes": {}}
+    med_tps: dict[tuple[str, str], float] = {
+        k: statistics.median(r.decode_tps for r in v) for k, v in by.items()
+    }
+    for mode in modes:
+        rs = [r for r in runs if r.mode == mode]
+        drafted = sum(r.drafted for r in rs)
+        accepted = sum(r.accepted for r in rs)
+        passes = sum(r.passes for r in rs)
+        m: dict[str, Any] = {
+            "runs": len(rs),
+            "decode_tps": _aggregate_tps(rs),
+            "e2e_tps": sum(len(r.tokens) for r in rs) / max(1e-9, sum(r.seconds for r in rs)),
+            "tokens_per_pass": sum(len(r.tokens) for r in rs) / passes if passes else None,
+            "drafted": drafted,
+            "accepted": accepted,
+            "acceptance": accepted / drafted if drafted else None,
+        }
+        per_source: dict[str, list[int]] = {}
+        for r in rs:
+            for name, (d, a) in r.sources.items():
+                acc = per_source.setdefault(name, [0, 0])
+                acc[0] += d
+                acc[1] += a
+        m["sources"] = {
+            name: {"drafted": d, "accepted": a, "acceptance": a / d if d else 0.0,
+                   "share_of_accepted": a / accepted if accepted else 0.0}
+            for name, (d, a) in sorted(per_source.items())
+        }
+        for base in ("greedy", "pld"):
+            if base == mode or base not in modes:
+                continue
+            ratios = [med_tps[(p, mode)] / med_tps[(p, base)] for p in prompt_ids
+                      if med_tps.get((p, base)) and (p, mode) in med_tps]
+            m[f"ratio_vs_{base}"] = spread(ratios)
+            per_repeat = []
+            for rep in sorted({r.repeat for r in rs}):
+                a = _aggregate_tps([r for r in rs if r.repeat == rep])
+                b = _aggregate_tps([r for r in runs if r.mode == base and r.repeat == rep])
+                if a and b:
+                    per_repeat.append(a / b)
+            m[f"aggregate_vs_{base}_per_repeat"] = spread(per_repeat)
+        if mode != "greedy" and "greedy" in modes:
+            same = sum(
+                1 for p in prompt_ids
+                if (p, mode) in by and (p, "greedy") in by
+                and by[(p, mode)][0].tokens == by[(p, "greedy")][0].tokens
+            )
+            m["identical_to_greedy"] = same
+        out["modes"][mode] = m
+    # aggregate ratios need every mode's totals: filled in after the loop
+    for mode, m in out["modes"].items():
+        for base in ("greedy", "pld"):
+            if base != mode and base in out["modes"] and out["modes"][base]["decode_tps"]:
+                m[f"aggregate_vs_{base}"] = m["decode_tps"] / out["modes"][base]["decode_tps"]
+    return out
+
+
+def _aggregate_tps(runs: Sequence[Run]) -> float:
+    toks = sum(len(r.tokens) - 1 for r in runs)
+    secs = sum(r.decode_seconds for r in runs)
+    return toks / secs if secs else 0.0

