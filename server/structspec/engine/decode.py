@@ -81,6 +81,14 @@ def accepted_length(draft: Sequence[int], argmax: Sequence[int]) -> int:
     return m
 
 
+def valid_prefix(draft: tuple[int, ...], n_vocab: int) -> tuple[int, ...]:
+    """``draft`` up to its first token outside the vocabulary (a source's bug must not reach the model)."""
+    for i, tok in enumerate(draft):
+        if not 0 <= tok < n_vocab:
+            return draft[:i]
+    return draft
+
+
 def fit_prompt(
     tokens: Sequence[int], n_ctx: int, max_tokens: int, bos: int | None
 ) -> tuple[list[int], int, int]:
@@ -247,7 +255,7 @@ class Generation:
             if speculative and planner is not None:
                 # The bonus token always comes: a draft longer than remaining - 1 is waste.
                 plan = planner.plan(self.ctx, self.sources, min(remaining - 1, room - 1), margin)
-            draft: tuple[int, ...] = plan.draft.tokens if plan else ()
+            draft = valid_prefix(plan.draft.tokens, model.n_vocab) if plan else ()
             t_verify = time.perf_counter()
             base = len(model.cached_tokens)
             rows = model.verify([pending, *draft])

@@ -1,0 +1,119 @@
+"""The cost model, AdaptiveKController and EntropyGate on synthetic inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from structspec.engine.control import (
+    AdaptiveKController,
+    CostModel,
+    DraftPlanner,
+    EntropyGate,
+    measure_cost,
+)
+from structspec.drafts.base import Draft, DraftContext
+from structspec.model.standin import StandInModel
+
+# FACTS.md: gemma-3-270m Q4_K_M, 2 threads (ms per pass of n rows; n = 7, 9, 11, 13-15 interpolated)
+CPU = CostModel((13.9, 24.8, 29.4, 31.2, 47.5, 51.7, 48.6, 45.5, 55.5, 65.5, 61.5, 57.4,
+                 61.2, 65.0, 68.8, 72.6))
+
+
+def test_no_draft_when_gain_below_one():
+    # one token at p = 0.7: (1 + 0.7) / 24.8 < 1 / 13.9
+    assert CPU.best_k([0.7]) == (0, 1.0)
+
+
+def test_certain_long_draft_uses_cheap_row_count():
+    k, gain = CPU.best_k([1.0] * 15)
+    assert k == 15 and gain == pytest.approx(16 * 13.9 / 72.6)
+
+
+def test_padding_to_a_multiple_of_four():
+    # rows 8 cost less than rows 6 or 7 on this table
+    assert CPU.padded_rows(6) == 8 and CPU.padded_rows(4) == 4 and CPU.padded_rows(16) == 16
+
+
+def test_best_k_matches_brute_force():
+    probs = [0.95, 0.9, 0.9, 0.8, 0.5, 0.5, 0.9, 0.9]
+    best = max(
+        range(0, 9),
+        key=lambda k: (1 + sum(_prod(probs[: i + 1]) for i in range(k)))
+        / CPU.t(min(CPU.padded_rows(k + 1), 9)),
+    )
+    assert CPU.best_k(probs)[0] == best
+
+
+def _prod(xs):
+    out = 1.0
+    for x in xs:
+        out *= x
+    return out
+
+
+def test_flat_costs_draft_everything_plausible():
+    flat = CostModel.linear(10.0, 0.0)
+    assert flat.best_k([0.3, 0.3, 0.3])[0] == 3
+
+
+def test_cost_table_rejects_nonsense():
+    with pytest.raises(ValueError):
+        CostModel((1.0, 0.0))
+
+
+def test_measure_cost_times_each_row_count():
+    seen = []
+    cost = measure_cost(lambda n: seen.append(n), rows=4, reps=2)
+    assert cost.max_rows == 4 and seen.count(3) == 2
+
+
+def test_adaptive_k_learns_per_position():
+    c = AdaptiveKController({"s": 0.5}, prior_weight=1.0)
+    for _ in range(50):
+        c.observe("s", drafted=4, accepted=2)  # positions 0, 1 accepted, 2 rejected, 3 unseen
+    p = c.probs("s", 4)
+    assert p[0] > 0.9 and p[1] > 0.9 and p[2] < 0.1 and p[3] == pytest.approx(0.5)
+
+
+def test_tier_borrows_source_estimate():
+    c = AdaptiveKController({"s": 0.5}, prior_weight=2.0)
+    for _ in range(30):
+        c.observe("s:a", drafted=1, accepted=1)
+    assert c.prob("s:b", 0) > 0.9  # the source's running estimate became the tier's prior
+
+
+def test_entropy_gate_scales_by_margin():
+    g = EntropyGate()
+    for _ in range(200):
+        g.observe(0.2, accepted_first=False)
+        g.observe(10.0, accepted_first=True)
+    assert g.scale(0.2) < 0.5 < 1.0 < g.scale(10.0)
+
+
+class Fixed:
+    def __init__(self, name, tokens):
+        self.name, self.tokens = name, tokens
+
+    def propose(self, ctx):
+        return Draft(tuple(self.tokens), self.name)
+
+    def observe(self, draft, accepted):
+        pass
+
+
+def test_planner_picks_the_better_source_and_pads():
+    controller = AdaptiveKController({"good": 0.97, "bad": 0.2})
+    planner = DraftPlanner(CPU, controller)
+    ctx = DraftContext(StandInModel(), [0, 5], 2)
+    plan = planner.plan(ctx, [Fixed("bad", [3] * 15), Fixed("good", [4] * 15)], 15, 5.0)
+    assert plan is not None and plan.draft.source == "good"
+    rows = len(plan.draft.tokens) + 1
+    assert CPU.padded_rows(rows) == rows  # no cheaper row count above it
+
+
+def test_planner_respects_limit():
+    planner = DraftPlanner(CostModel.linear(1.0, 0.0), AdaptiveKController({"good": 0.99}))
+    ctx = DraftContext(StandInModel(), [0, 5], 2)
+    plan = planner.plan(ctx, [Fixed("good", [4] * 15)], 3, 5.0)
+    assert plan is not None and len(plan.draft.tokens) == 3
+    assert planner.plan(ctx, [Fixed("good", [4] * 15)], 0, 5.0) is None

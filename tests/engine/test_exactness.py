@@ -1,0 +1,185 @@
+"""Speculative decoding equals greedy decoding exactly, on the deterministic stand-in model.
+
+The stand-in computes every row on its own, so the two must agree bit for bit:
+tokens, text and stop reason, whatever the drafts are. Drafts come from an
+oracle that knows the greedy continuation and corrupts it at a chosen position
+(so every rejection position is exercised), from random noise, and from the
+real sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from structspec.drafts.base import Draft, DraftContext
+from structspec.drafts.lookup import LookupSource
+from structspec.engine import CostModel, DraftPlanner, Engine, GenerationOptions
+from structspec.model.standin import EOS, StandInModel
+
+ALPHABET = "ab(): \n=x"
+
+
+class OracleSource:
+    """Drafts the true greedy continuation, wrong from position ``wrong_at`` on."""
+
+    name = "oracle"
+
+    def __init__(self, truth: Sequence[int], n_prompt: int, length: int, wrong_at: int, noise: int):
+        self.truth = list(truth)
+        self.n_prompt = n_prompt
+        self.length = length
+        self.wrong_at = wrong_at
+        self.noise = noise
+
+    def propose(self, ctx: DraftContext) -> Draft | None:
+        if self.length == 0:
+            return Draft((), self.name)
+        done = len(ctx.tokens) - self.n_prompt
+        nxt = self.truth[done : done + self.length]
+        # Run past the end of the truth (past max tokens or EOS) with EOS and noise.
+        nxt += [EOS, self.noise] * self.length
+        draft = nxt[: self.length]
+        if self.wrong_at < len(draft):
+            draft[self.wrong_at] = (draft[self.wrong_at] + 1 + self.noise) % ctx.model.n_vocab
+        return Draft(tuple(draft[: ctx.max_tokens]), self.name)
+
+    def observe(self, draft: Draft, accepted: int) -> None:
+        pass
+
+
+class NoiseSource:
+    name = "noise"
+
+    def __init__(self, seq: Sequence[int]):
+        self.seq = list(seq)
+        self.i = 0
+
+    def propose(self, ctx: DraftContext) -> Draft | None:
+        self.i += 1
+        n = self.seq[self.i % len(self.seq)] % 9
+        return Draft(tuple(self.seq[(self.i + j) % len(self.seq)] for j in range(n)), self.name)
+
+    def observe(self, draft: Draft, accepted: int) -> None:
+        pass
+
+
+def always_draft() -> DraftPlanner:
+    """A flat cost table: any draft with any chance of acceptance is sent."""
+    return DraftPlanner(CostModel.linear(1.0, 0.0), min_gain=0.0)
+
+
+def greedy(model: StandInModel, prompt: list[int], opts: GenerationOptions):
+    return Engine(model).generate(prompt, GenerationOptions(opts.max_tokens, opts.stop, False))
+
+
+def model_for(seed: int, eos_bias: float = -2.0) -> StandInModel:
+    return StandInModel(seed=seed, alphabet=ALPHABET, eos_bias=eos_bias, n_ctx=512)
+
+
+prompts = st.text(alphabet=ALPHABET, min_size=0, max_size=40)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 50),
+    prompt=prompts,
+    max_tokens=st.integers(1, 60),
+    length=st.integers(0, 15),
+    wrong_at=st.integers(0, 16),
+    noise=st.integers(0, 20),
+    eos_bias=st.sampled_from([-3.0, -1.0, 0.5]),
+    stop=st.lists(st.text(alphabet=ALPHABET, min_size=1, max_size=3), max_size=2),
+)
+def test_oracle_drafts_give_greedy_output(seed, prompt, max_tokens, length, wrong_at, noise,
+                                          eos_bias, stop):
+    model = model_for(seed, eos_bias)
+    tokens = model.tokenize(prompt)
+    opts = GenerationOptions(max_tokens=max_tokens, stop=tuple(stop))
+    ref = greedy(model, tokens, opts)
+    oracle = OracleSource(ref.tokens, len(tokens), length, wrong_at, noise)
+    spec = Engine(model, [oracle], always_draft()).generate(tokens, opts)
+    assert spec.tokens == ref.tokens
+    assert spec.text == ref.text
+    assert spec.stop_reason == ref.stop_reason
+    if length and wrong_at >= length and ref.stats.tokens > 2 and not stop:
+        assert spec.stats.passes < ref.stats.passes  # a perfect oracle saves passes
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 30), prompt=prompts, max_tokens=st.integers(1, 80),
+       noise=st.lists(st.integers(0, len(ALPHABET) + 1), min_size=1, max_size=30))
+def test_noise_and_real_sources_give_greedy_output(seed, prompt, max_tokens, noise):
+    model = model_for(seed)
+    tokens = model.tokenize(prompt)
+    opts = GenerationOptions(max_tokens=max_tokens)
+    ref = greedy(model, tokens, opts)
+    sources = [LookupSource(), NoiseSource(noise)]
+    spec = Engine(model, sources, always_draft()).generate(tokens, opts)
+    assert spec.tokens == ref.tokens
+    assert spec.stop_reason == ref.stop_reason
+
+
+@pytest.mark.parametrize("wrong_at", range(0, 9))
+def test_rejection_at_every_position(wrong_at):
+    model = model_for(7, eos_bias=-5.0)
+    tokens = model.tokenize("ab(x):\n")
+    opts = GenerationOptions(max_tokens=40)
+    ref = greedy(model, tokens, opts)
+    oracle = OracleSource(ref.tokens, len(tokens), 8, wrong_at, 3)
+    spec = Engine(model, [oracle], always_draft()).generate(tokens, opts)
+    assert spec.tokens == ref.tokens
+    # Every pass accepts exactly min(wrong_at, 8) drafts (until the budget runs out).
+    full = [t for t in spec.stats.trace if t.drafted == 8]
+    assert full and all(t.accepted == min(wrong_at, 8) for t in full)
+
+
+def test_stats_account_for_every_token():
+    model = model_for(3, eos_bias=-5.0)
+    tokens = model.tokenize("x = a\nx = a\nx")
+    ref = greedy(model, tokens, GenerationOptions(max_tokens=50))
+    oracle = OracleSource(ref.tokens, len(tokens), 5, 99, 0)
+    res = Engine(model, [oracle], always_draft()).generate(tokens, GenerationOptions(max_tokens=50))
+    s = res.stats
+    assert s.tokens == len(res.tokens) == 50
+    assert s.passes == len(s.trace)
+    assert s.accepted == sum(t.accepted for t in s.trace)
+    assert s.drafted == sum(t.drafted for t in s.trace) == s.sources["oracle"].drafted
+    # every pass emits its accepted drafts plus one bonus token (the last may be cut by max_tokens)
+    assert s.tokens <= s.passes + s.accepted
+
+
+def test_cache_is_consistent_after_generation_and_reused():
+    model = model_for(4, eos_bias=-5.0)
+    tokens = model.tokenize("ab = x\n")
+    engine = Engine(model, [LookupSource()], always_draft())
+    first = engine.generate(tokens, GenerationOptions(max_tokens=30))
+    assert list(model.cached_tokens) == (tokens + first.tokens)[: len(model.cached_tokens)]
+    second = engine.generate(tokens + first.tokens[:10], GenerationOptions(max_tokens=5))
+    assert second.stats.reused_tokens == len(tokens) + 10 - 1
+    assert second.tokens == first.tokens[10:15]
+
+
+def test_cancel_between_passes():
+    model = model_for(5, eos_bias=-5.0)
+    calls = {"n": 0}
+
+    def cancelled() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 3
+
+    res = Engine(model).stream(model.tokenize("ab"), GenerationOptions(max_tokens=50),
+                               cancelled=cancelled).run()
+    assert res.stop_reason == "cancelled" and len(res.tokens) == 3
+
+
+def test_abandoned_stream_ends_cancelled():
+    model = model_for(5, eos_bias=-5.0)
+    gen = Engine(model).stream(model.tokenize("ab"), GenerationOptions(max_tokens=50))
+    it = iter(gen)
+    next(it)
+    it.close()
+    assert gen.result is not None and gen.result.stop_reason == "cancelled"

@@ -1,0 +1,46 @@
+"""The lookup source: longest suffix match in the context and the corpus."""
+
+from structspec.drafts.base import DraftContext
+from structspec.drafts.lookup import LookupSource
+from structspec.model.standin import StandInModel
+
+
+def ctx(tokens, corpus=(), generation=1, max_tokens=8):
+    return DraftContext(StandInModel(), list(tokens), len(tokens), max_tokens=max_tokens,
+                        corpus=corpus, generation=generation)
+
+
+def test_continues_longest_match():
+    src = LookupSource()
+    # ... 1 2 3 -> 4 5 ; ... 9 2 3 -> 7 7 ; current suffix 1 2 3 must pick 4 5
+    d = src.propose(ctx([1, 2, 3, 4, 5, 9, 2, 3, 7, 7, 0, 1, 2, 3]))
+    assert d is not None and d.tokens[:2] == (4, 5) and d.tier == "m3"
+
+
+def test_most_recent_of_equal_matches():
+    src = LookupSource()
+    d = src.propose(ctx([2, 3, 4, 8, 2, 3, 5, 8, 2, 3]))
+    assert d is not None and d.tokens[0] == 5
+
+
+def test_no_match_no_draft():
+    assert LookupSource().propose(ctx([1, 2, 3, 4])) is None
+
+
+def test_corpus_is_searched():
+    d = LookupSource().propose(ctx([7, 8, 9], corpus=[[1, 8, 9, 10, 11]]))
+    assert d is not None and d.tokens[:2] == (10, 11)
+
+
+def test_incremental_index_and_reset_per_generation():
+    src = LookupSource()
+    c = ctx([1, 2, 3, 1, 2])
+    assert src.propose(c).tokens[0] == 3
+    c.tokens += [3, 9, 1, 2]
+    assert src.propose(c).tokens[0] in (3, 9)
+    assert src.propose(ctx([5, 6], generation=2)) is None
+
+
+def test_respects_max_tokens():
+    d = LookupSource().propose(ctx([1, 2, 3, 4, 5, 6, 7, 1, 2], max_tokens=2))
+    assert d is not None and d.tokens == (3, 4)

@@ -1,0 +1,28 @@
+"""TextStream: UTF-8 held back until complete, stop strings across token boundaries."""
+
+from structspec.engine.stops import TextStream
+
+
+def test_utf8_split_across_tokens():
+    s = TextStream()
+    data = "é€😀".encode()
+    out = "".join(s.push(data[i : i + 1]) for i in range(len(data)))
+    assert out + s.finish() == "é€😀"
+
+
+def test_stop_string_across_tokens_is_cut():
+    s = TextStream(("\n\n",))
+    out = s.push(b"abc\n") + s.push(b"\ndef")
+    assert s.stopped and out + s.finish() == "abc"
+
+
+def test_partial_stop_prefix_is_released_at_finish():
+    s = TextStream(("END",))
+    out = s.push(b"xx") + s.push(b"EN")
+    assert out == "xx"
+    assert s.finish() == "EN" and s.text == "xxEN"
+
+
+def test_no_stop():
+    s = TextStream()
+    assert s.push(b"a") == "a" and s.text == "a"
