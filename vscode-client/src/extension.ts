@@ -1,0 +1,515 @@
+/**
+ * The structspec VS Code extension: starts `structspec-lsp --stdio`, keeps it
+ * configured from the `structspec.*` settings, shows its state in the status
+ * bar, and explains failures once, with the setting that fixes them.
+ *
+ * All completion logic lives in the server. Inline completions come from
+ * vscode-languageclient's built-in inline completion feature (>= 10.0.1); an
+ * accepted item runs its `structspec.accept` command, which the client
+ * library forwards to the server as `workspace/executeCommand`.
+ */
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as vscode from 'vscode';
+import {
+  CloseAction,
+  DidChangeConfigurationNotification,
+  ErrorAction,
+  LanguageClient,
+  State,
+  type CloseHandlerResult,
+  type ErrorHandlerResult,
+  type LanguageClientOptions,
+  type Message,
+} from 'vscode-languageclient/node';
+import {
+  crashNotice,
+  modelFailureLine,
+  modelMissingNotice,
+  notFoundNotice,
+  NoticeGate,
+  RestartBudget,
+  startFailedNotice,
+  TailBuffer,
+  type FailureNotice,
+} from './failures';
+import {
+  changeAction,
+  findExecutable,
+  modelFilePath,
+  readSettings,
+  SECTION,
+  serverConfiguration,
+  serverLaunch,
+  type ClientSettings,
+  type ServerLaunch,
+} from './settings';
+import { parseStatus, STATUS_NOTIFICATION, statusView, type DisplayState, type ServerStatus } from './status';
+
+/**
+ * A LanguageClient whose own error popups are routed to the log only: the
+ * controller decides what the user is told (one friendly notice per kind).
+ */
+class StructspecClient extends LanguageClient {
+  override error(message: string, data?: unknown, _showNotification?: boolean | 'force'): void {
+    super.error(message, data, false);
+  }
+}
+
+/** Read the settings the user set explicitly (any scope), defaults excluded. */
+function currentSettings(): { settings: ClientSettings; errors: string[] } {
+  const config = vscode.workspace.getConfiguration(SECTION);
+  return readSettings((key) => {
+    const info = config.inspect(key);
+    if (info === undefined) {
+      return undefined;
+    }
+    // The most specific scope wins, as in VS Code itself.
+    return info.workspaceFolderValue ?? info.workspaceValue ?? info.globalValue;
+  });
+}
+
+function isExecutableFile(candidate: string): boolean {
+  try {
+    const st = fs.statSync(candidate);
+    if (!st.isFile()) {
+      return false;
+    }
+    if (process.platform === 'win32') {
+      return true;
+    }
+    fs.accessSync(candidate, fs.constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function workspaceCwd(): string | undefined {
+  const folder = vscode.workspace.workspaceFolders?.find((f) => f.uri.scheme === 'file');
+  return folder?.uri.fsPath;
+}
+
+/** Owns the language client, the status bar item and the failure notices. */
+class Controller implements vscode.Disposable {
+  private client: StructspecClient | undefined;
+  private settings: ClientSettings;
+  private readonly output: vscode.LogOutputChannel;
+  private readonly statusItem: vscode.StatusBarItem;
+  private readonly gate = new NoticeGate();
+  private readonly budget = new RestartBudget();
+  private readonly stderrTail = new TailBuffer();
+  private lastStatus: ServerStatus | undefined;
+  private displayState: DisplayState = 'stopped';
+  private displayDetail: string | undefined;
+  private spawnError: Error | undefined;
+  private lastSettingsErrors = '';
+  /** Start/stop/restart run one at a time, in order. */
+  private queue: Promise<void> = Promise.resolve();
+  private stopping = false;
+
+  constructor() {
+    this.output = vscode.window.createOutputChannel('structspec', { log: true });
+    this.statusItem = vscode.window.createStatusBarItem('structspec.status', vscode.StatusBarAlignment.Right, 100);
+    this.statusItem.name = 'structspec';
+    this.statusItem.command = 'structspec.showLog';
+    const { settings, errors } = currentSettings();
+    this.settings = settings;
+    this.reportSettingsErrors(errors);
+    this.render();
+    this.statusItem.show();
+  }
+
+  /** Run `op` after every operation queued before it. */
+  private enqueue(op: () => Promise<void>): Promise<void> {
+    this.queue = this.queue.then(op).catch((err: unknown) => {
+      this.output.error(`structspec: ${err instanceof Error ? err.message : String(err)}`);
+    });
+    return this.queue;
+  }
+
+  private setDisplay(state: DisplayState, detail?: string): void {
+    this.displayState = state;
+    this.displayDetail = detail;
+    this.render();
+  }
+
+  private render(): void {
+    const view = statusView(this.displayState, this.lastStatus, this.displayDetail);
+    this.statusItem.text = view.text;
+    this.statusItem.tooltip = view.tooltip;
+    this.statusItem.backgroundColor = view.error ? new vscode.ThemeColor('statusBarItem.errorBackground') : undefined;
+  }
+
+  /** Show a failure notice unless this kind was already shown; the button opens its setting. */
+  private notify(notice: FailureNotice): void {
+    this.output.error(notice.message);
+    this.setDisplay('error', notice.message.replace(/^structspec: /, ''));
+    if (!this.gate.admit(notice.kind)) {
+      return;
+    }
+    const openSetting = 'Open Setting';
+    const showLog = 'Show Log';
+    void vscode.window.showErrorMessage(notice.message, openSetting, showLog).then((choice) => {
+      if (choice === openSetting) {
+        void vscode.commands.executeCommand('workbench.action.openSettings', notice.setting);
+      } else if (choice === showLog) {
+        this.output.show(true);
+      }
+    });
+  }
+
+  private reportSettingsErrors(errors: string[]): void {
+    const joined = errors.join('\n');
+    if (joined === this.lastSettingsErrors) {
+      return;
+    }
+    this.lastSettingsErrors = joined;
+    if (errors.length === 0) {
+      return;
+    }
+    for (const e of errors) {
+      this.output.warn(e);
+    }
+    const open = 'Open Settings';
+    void vscode.window.showWarningMessage(`structspec: ${errors[0]}`, open).then((choice) => {
+      if (choice === open) {
+        void vscode.commands.executeCommand('workbench.action.openSettings', SECTION);
+      }
+    });
+  }
+
+  /** Start the server when enabled (no-op when one is running). */
+  start(): Promise<void> {
+    return this.enqueue(() => this.doStart());
+  }
+
+  stop(): Promise<void> {
+    return this.enqueue(() => this.doStop());
+  }
+
+  /** Restart by hand: failures may be told again, and the restart budget is fresh. */
+  restart(): Promise<void> {
+    this.gate.reset();
+    this.budget.reset();
+    return this.enqueue(async () => {
+      await this.doStop();
+      await this.doStart();
+    });
+  }
+
+  private async doStart(): Promise<void> {
+    if (this.client !== undefined) {
+      return;
+    }
+    const settings = this.settings;
+    if (!settings.enable) {
+      this.setDisplay('off');
+      return;
+    }
+    const cwd = workspaceCwd();
+    const modelPath = modelFilePath(settings.server.model as string | undefined, os.homedir(), cwd);
+    if (modelPath !== undefined && !fs.existsSync(modelPath)) {
+      this.notify(modelMissingNotice(String(settings.server.model)));
+      return;
+    }
+    const launch = serverLaunch(settings, modelPath);
+    const resolved = findExecutable(launch.command, process.env.PATH, isExecutableFile, process.platform, process.env.PATHEXT);
+    if (resolved === undefined) {
+      this.notify(notFoundNotice(launch));
+      return;
+    }
+    this.output.info(`Starting ${resolved} ${launch.args.join(' ')}` + (cwd ? ` (in ${cwd})` : ''));
+    this.setDisplay('starting');
+    const client = this.createClient(launch, resolved, cwd, settings, modelPath);
+    this.client = client;
+    try {
+      await client.start();
+    } catch (err: unknown) {
+      // Closed-connection cases were already explained by the error handler.
+      if (this.client === client && this.displayState !== 'error') {
+        this.notify(startFailedNotice(err instanceof Error ? err.message : String(err)));
+      }
+      if (this.client === client) {
+        this.client = undefined;
+        await client.dispose().catch(() => undefined);
+      }
+      return;
+    }
+    if (this.displayState === 'starting') {
+      this.setDisplay('idle');
+    }
+  }
+
+  private async doStop(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    if (client === undefined) {
+      this.setDisplay(this.settings.enable ? 'stopped' : 'off');
+      return;
+    }
+    this.stopping = true;
+    try {
+      if (client.isRunning()) {
+        await client.stop(5000);
+      }
+    } catch (err: unknown) {
+      this.output.warn(`Stopping the server: ${err instanceof Error ? err.message : String(err)}`);
+    } finally {
+      await client.dispose().catch(() => undefined);
+      this.stopping = false;
+    }
+    this.setDisplay(this.settings.enable ? 'stopped' : 'off');
+  }
+
+  private spawnServer(resolved: string, launch: ServerLaunch, cwd: string | undefined): Promise<ChildProcess> {
+    this.spawnError = undefined;
+    this.stderrTail.clear();
+    const child = spawn(resolved, launch.args, {
+      cwd,
+      env: { ...process.env, PYTHONUNBUFFERED: '1' },
+      stdio: ['pipe', 'pipe', 'pipe'],
+      // Windows needs a shell for .cmd/.bat wrappers; nowhere else.
+      shell: process.platform === 'win32' && /\.(cmd|bat)$/i.test(resolved),
+    });
+    child.on('error', (err) => {
+      this.spawnError = err;
+      this.output.error(`Cannot run ${resolved}: ${err.message}`);
+    });
+    child.on('exit', (code, signal) => {
+      if (!this.stopping) {
+        this.output.warn(`structspec-lsp exited (${signal ?? `code ${String(code)}`})`);
+      }
+    });
+    child.stderr?.setEncoding('utf8');
+    child.stderr?.on('data', (chunk: string) => this.stderrTail.push(chunk));
+    return Promise.resolve(child);
+  }
+
+  private createClient(
+    launch: ServerLaunch,
+    resolved: string,
+    cwd: string | undefined,
+    settings: ClientSettings,
+    modelPath: string | undefined,
+  ): StructspecClient {
+    const config = (): Record<string, unknown> => {
+      const c: Record<string, unknown> = serverConfiguration(this.settings);
+      if (modelPath !== undefined && typeof c.model === 'string') {
+        c.model = modelPath;
+      }
+      return c;
+    };
+    const clientOptions: LanguageClientOptions = {
+      // Every file and untitled buffer is synced: the server completes only the
+      // languages in structspec.languages, and reads other buffers as draft corpus.
+      documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
+      outputChannel: this.output,
+      initializationOptions: config(),
+      errorHandler: {
+        error: (error: Error, _message: Message | undefined, count: number | undefined): ErrorHandlerResult => {
+          this.output.error(`Connection error: ${error.message}`);
+          return (count ?? 0) <= 3
+            ? { action: ErrorAction.Continue, handled: true }
+            : { action: ErrorAction.Shutdown, handled: true };
+        },
+        closed: (): CloseHandlerResult => this.onClosed(launch, settings),
+      },
+      initializationFailedHandler: (error: unknown): boolean => {
+        this.output.error(`Initialization failed: ${error instanceof Error ? error.message : String(error)}`);
+        return false;
+      },
+      middleware: {
+        workspace: {
+          // The server may pull its section: answer with server keys only
+          // (client-only keys such as serverPath would be unknown to it).
+          configuration: async (params, token, next) => {
+            const result = await next(params, token);
+            if (!Array.isArray(result)) {
+              return result;
+            }
+            return params.items.map((item, i) => {
+              if (item.section === SECTION) {
+                return config();
+              }
+              if (item.section?.startsWith(`${SECTION}.`)) {
+                return config()[item.section.slice(SECTION.length + 1)] ?? null;
+              }
+              return result[i];
+            });
+          },
+        },
+      },
+    };
+    const client = new StructspecClient(
+      'structspec',
+      'structspec',
+      () => this.spawnServer(resolved, launch, cwd),
+      clientOptions,
+    );
+    client.onNotification(STATUS_NOTIFICATION, (params: unknown) => this.onStatus(params));
+    client.onDidChangeState((e) => {
+      if (this.client !== client) {
+        return;
+      }
+      if (e.newState === State.Running && this.displayState !== 'error') {
+        this.setDisplay(this.lastStatus?.state ?? 'idle');
+      } else if (e.newState === State.Starting) {
+        this.setDisplay('starting');
+      }
+    });
+    return client;
+  }
+
+  /** The server process ended without being asked to: explain it, maybe restart. */
+  private onClosed(launch: ServerLaunch, settings: ClientSettings): CloseHandlerResult {
+    if (this.stopping) {
+      return { action: CloseAction.DoNotRestart, handled: true };
+    }
+    const drop = (): CloseHandlerResult => {
+      const client = this.client;
+      this.client = undefined;
+      if (client !== undefined) {
+        // Dispose after the library finished handling the close.
+        setTimeout(() => void client.dispose().catch(() => undefined), 0);
+      }
+      return { action: CloseAction.DoNotRestart, handled: true };
+    };
+    if (this.spawnError !== undefined) {
+      const code = (this.spawnError as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT' || code === 'EACCES') {
+        this.notify(notFoundNotice(launch));
+      } else {
+        this.notify(startFailedNotice(this.spawnError.message));
+      }
+      return drop();
+    }
+    const modelLine = modelFailureLine(this.stderrTail.value);
+    if (modelLine !== undefined) {
+      this.notify(modelMissingNotice(String(settings.server.model ?? '(default model)'), modelLine));
+      return drop();
+    }
+    if (this.budget.crashed(Date.now())) {
+      this.output.warn(`The language server stopped; restarting it (${this.budget.count}/${this.budget.maxRestarts})`);
+      this.setDisplay('starting');
+      return { action: CloseAction.Restart, handled: true };
+    }
+    this.notify(crashNotice(this.budget.count, this.stderrTail.value));
+    return drop();
+  }
+
+  private onStatus(params: unknown): void {
+    const status = parseStatus(params);
+    if (status === undefined) {
+      this.output.debug(`Ignoring a malformed ${STATUS_NOTIFICATION}: ${JSON.stringify(params)}`);
+      return;
+    }
+    this.lastStatus = status;
+    if (status.state === 'error') {
+      const modelLine = status.message !== undefined ? modelFailureLine(status.message) : undefined;
+      if (modelLine !== undefined) {
+        this.notify(modelMissingNotice(String(this.settings.server.model ?? '(default model)'), modelLine));
+        return;
+      }
+      this.setDisplay('error', status.message ?? 'the server reported an error');
+      return;
+    }
+    this.setDisplay(status.state);
+  }
+
+  /** React to a change of `structspec.*`: restart, start, stop or reconfigure. */
+  onConfigurationChanged(): void {
+    const { settings, errors } = currentSettings();
+    this.reportSettingsErrors(errors);
+    const action = changeAction(this.settings, settings);
+    this.settings = settings;
+    if (action !== 'none') {
+      this.output.info(`Settings changed: ${action}`);
+    }
+    switch (action) {
+      case 'none':
+        return;
+      case 'start':
+        this.gate.reset();
+        this.budget.reset();
+        void this.start();
+        return;
+      case 'stop':
+        void this.stop();
+        return;
+      case 'restart':
+        void this.restart();
+        return;
+      case 'configure':
+        void this.enqueue(async () => {
+          const client = this.client;
+          if (client === undefined) {
+            // Not running (e.g. after a failure): a settings change is a new try.
+            this.gate.reset();
+            this.budget.reset();
+            await this.doStart();
+            return;
+          }
+          if (!client.isRunning()) {
+            return;
+          }
+          const config = serverConfiguration(settings);
+          await client.sendNotification(DidChangeConfigurationNotification.type, { settings: { [SECTION]: config } });
+        });
+        return;
+    }
+  }
+
+  /** Flip `structspec.enable` where it is set (workspace if set there, else user). */
+  async toggle(): Promise<void> {
+    const config = vscode.workspace.getConfiguration(SECTION);
+    const info = config.inspect<boolean>('enable');
+    const target =
+      info?.workspaceFolderValue !== undefined
+        ? vscode.ConfigurationTarget.WorkspaceFolder
+        : info?.workspaceValue !== undefined
+          ? vscode.ConfigurationTarget.Workspace
+          : vscode.ConfigurationTarget.Global;
+    const next = !this.settings.enable;
+    await config.update('enable', next, target);
+    vscode.window.setStatusBarMessage(`structspec: completions ${next ? 'on' : 'off'}`, 3000);
+  }
+
+  showLog(): void {
+    this.output.show(true);
+  }
+
+  dispose(): void {
+    this.statusItem.dispose();
+    this.output.dispose();
+  }
+}
+
+let controller: Controller | undefined;
+
+export function activate(context: vscode.ExtensionContext): void {
+  const c = new Controller();
+  controller = c;
+  context.subscriptions.push(
+    c,
+    vscode.commands.registerCommand('structspec.toggle', () => c.toggle()),
+    vscode.commands.registerCommand('structspec.restart', () => c.restart()),
+    vscode.commands.registerCommand('structspec.showLog', () => c.showLog()),
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (e.affectsConfiguration(SECTION)) {
+        c.onConfigurationChanged();
+      }
+    }),
+  );
+  void c.start();
+}
+
+export async function deactivate(): Promise<void> {
+  const c = controller;
+  controller = undefined;
+  if (c !== undefined) {
+    await c.stop();
+  }
+}

@@ -1,0 +1,156 @@
+/**
+ * The status bar item's text and tooltip, from the server's `structspec/status`
+ * notification and the client's own state.
+ *
+ * Pure module (no `vscode` import) so that it is unit-tested under plain node.
+ * The notification's params are outside input: every field is optional and
+ * checked, and anything unexpected is shown as unknown rather than trusted.
+ */
+
+/** The custom notification the server sends when its state changes. */
+export const STATUS_NOTIFICATION = 'structspec/status';
+
+/** What the client shows: the server's states plus the client's own. */
+export type DisplayState = 'starting' | 'idle' | 'busy' | 'error' | 'off' | 'stopped';
+
+/** The server's status, validated. */
+export interface ServerStatus {
+  readonly state: 'idle' | 'busy' | 'error';
+  readonly model?: string;
+  /** Tokens per second of the last completion. */
+  readonly tokensPerSecond?: number;
+  /** Share (0..1) of drafted tokens accepted in the last completion. */
+  readonly acceptance?: number;
+  /** Milliseconds from request to answer of the last completion. */
+  readonly lastLatencyMs?: number;
+  /** A one-line explanation, mainly for `error`. */
+  readonly message?: string;
+}
+
+function num(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
+}
+
+function str(value: unknown): string | undefined {
+  return typeof value === 'string' && value.length > 0 ? value : undefined;
+}
+
+/** First defined value among the keys (accepts camelCase and snake_case spellings). */
+function pick(obj: Record<string, unknown>, ...keys: string[]): unknown {
+  for (const key of keys) {
+    if (obj[key] !== undefined && obj[key] !== null) {
+      return obj[key];
+    }
+  }
+  return undefined;
+}
+
+/** Validate the notification's params; `undefined` when they are not a status at all. */
+export function parseStatus(params: unknown): ServerStatus | undefined {
+  if (typeof params !== 'object' || params === null || Array.isArray(params)) {
+    return undefined;
+  }
+  const p = params as Record<string, unknown>;
+  const state = p.state;
+  if (state !== 'idle' && state !== 'busy' && state !== 'error') {
+    return undefined;
+  }
+  let acceptance = num(pick(p, 'acceptance', 'acceptanceRate', 'acceptance_rate'));
+  if (acceptance !== undefined && acceptance > 1) {
+    // A percentage: the server may send 0..100.
+    acceptance = acceptance <= 100 ? acceptance / 100 : undefined;
+  }
+  const status: ServerStatus = {
+    state,
+    model: str(p.model),
+    tokensPerSecond: num(pick(p, 'tokensPerSecond', 'tokens_per_second', 'tps')),
+    acceptance,
+    lastLatencyMs: num(pick(p, 'lastLatencyMs', 'latencyMs', 'last_latency_ms', 'latency_ms')),
+    message: str(p.message),
+  };
+  return status;
+}
+
+/** What to put in the status bar item. */
+export interface StatusView {
+  readonly text: string;
+  /** Markdown-free plain tooltip, one fact per line. */
+  readonly tooltip: string;
+  /** Whether to paint the item with the error background. */
+  readonly error: boolean;
+}
+
+function modelName(model: string | undefined): string | undefined {
+  if (model === undefined) {
+    return undefined;
+  }
+  const base = model.split(/[\\/]/).pop() ?? model;
+  return base.length > 0 ? base : model;
+}
+
+/** Format the tokens/s and acceptance of the last completion, e.g. `84 tok/s · 62%`. */
+export function formatMetrics(status: ServerStatus | undefined): string {
+  if (status === undefined) {
+    return '';
+  }
+  const parts: string[] = [];
+  if (status.tokensPerSecond !== undefined) {
+    parts.push(`${Math.round(status.tokensPerSecond)} tok/s`);
+  }
+  if (status.acceptance !== undefined) {
+    parts.push(`${Math.round(status.acceptance * 100)}%`);
+  }
+  return parts.join(' · ');
+}
+
+/**
+ * The status bar view. `last` is the last status the server sent (its
+ * metrics stay visible while idle); `detail` is the client's own message
+ * for `error`, `off` and `stopped`.
+ */
+export function statusView(state: DisplayState, last: ServerStatus | undefined, detail?: string): StatusView {
+  const lines: string[] = [];
+  const model = modelName(last?.model);
+  const metrics = formatMetrics(last);
+  let text: string;
+  switch (state) {
+    case 'starting':
+      text = '$(loading~spin) structspec';
+      lines.push('structspec: starting the language server');
+      break;
+    case 'busy':
+      text = '$(loading~spin) structspec' + (metrics ? ` ${metrics}` : '');
+      lines.push('structspec: generating');
+      break;
+    case 'idle':
+      text = '$(sparkle) structspec' + (metrics ? ` ${metrics}` : '');
+      lines.push('structspec: ready');
+      break;
+    case 'error':
+      text = '$(error) structspec';
+      lines.push(`structspec: ${detail ?? last?.message ?? 'error'}`);
+      break;
+    case 'off':
+      text = '$(circle-slash) structspec';
+      lines.push('structspec: completions are off (run "structspec: Toggle Completions" to turn them on)');
+      break;
+    case 'stopped':
+      text = '$(debug-stop) structspec';
+      lines.push(`structspec: ${detail ?? 'the language server is not running'}`);
+      break;
+  }
+  if (model !== undefined) {
+    lines.push(`Model: ${model}`);
+  }
+  if (last?.tokensPerSecond !== undefined) {
+    lines.push(`Last completion: ${last.tokensPerSecond.toFixed(1)} tokens/s`);
+  }
+  if (last?.acceptance !== undefined) {
+    lines.push(`Draft acceptance: ${(last.acceptance * 100).toFixed(0)}%`);
+  }
+  if (last?.lastLatencyMs !== undefined) {
+    lines.push(`Last latency: ${Math.round(last.lastLatencyMs)} ms`);
+  }
+  lines.push('Click to show the log');
+  return { text, tooltip: lines.join('\n'), error: state === 'error' };
+}
