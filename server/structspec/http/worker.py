@@ -1,0 +1,148 @@
+"""The one thread that runs the engine, and the bounded fair queue in front of it.
+
+The model holds one KV cache and llama.cpp calls block, so every generation
+runs on a single worker thread, never on the event loop. Requests wait in a
+queue with a bound: past it the server answers 503 at once instead of letting
+latency grow without limit.
+
+Fair order: waiting jobs are grouped by client key (the request's ``user``
+field, else its API key, else the peer address) and served round-robin across
+keys, FIFO within a key, so one client firing many requests cannot starve
+another. Each job carries a cancel flag that the engine polls between
+verification passes (``Generation(cancelled=...)``): a client that goes away
+frees the model at the next pass; a job cancelled while still waiting never
+runs.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+from structspec.engine.decode import Engine
+from structspec.metrics import Metrics
+
+
+class Job:
+    """One unit of model work. ``work(engine, job)`` runs on the worker thread."""
+
+    def __init__(
+        self,
+        key: str,
+        work: Callable[[Engine, Job], Any],
+        on_skip: Callable[[], None] | None = None,
+    ) -> None:
+        self.key = key
+        self.work = work
+        self.on_skip = on_skip  # called (worker thread) when the job is dropped unrun
+        self.enqueued = time.monotonic()
+        self.started: float | None = None
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+
+class QueueFull(Exception):
+    """The queue is at its bound; ``retry_after`` is a whole number of seconds."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"the server is busy; retry in {retry_after} s")
+        self.retry_after = retry_after
+
+
+class EngineWorker:
+    """A worker thread serving ``Job``s from a bounded, fair queue."""
+
+    def __init__(self, engine: Engine, metrics: Metrics, *, max_queue: int = 32) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.max_queue = max_queue
+        self._cond = threading.Condition()
+        self._queues: OrderedDict[str, deque[Job]] = OrderedDict()
+        self._waiting = 0
+        self._closing = False
+        self._current: Job | None = None
+        # Running mean of job duration, for Retry-After.
+        self._mean_s = 1.0
+        self._thread = threading.Thread(target=self._loop, name="structspec-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job`` or raise ``QueueFull``."""
+        with self._cond:
+            if self._closing:
+                raise QueueFull(5)
+            if self._waiting >= self.max_queue:
+                # Everyone ahead plus the running job, at the mean duration each.
+                wait = self._mean_s * (self._waiting + 1)
+                raise QueueFull(max(1, min(300, math.ceil(wait))))
+            self._queues.setdefault(job.key, deque()).append(job)
+            self._waiting += 1
+            self.metrics.queue_depth.set(self._waiting)
+            self._cond.notify()
+
+    def _next(self) -> Job | None:
+        """Round-robin over client keys (called with the lock held)."""
+        while self._queues:
+            key, jobs = next(iter(self._queues.items()))
+            job = jobs.popleft()
+            del self._queues[key]
+            if jobs:
+                self._queues[key] = jobs  # to the back: the next key goes first
+            self._waiting -= 1
+            self.metrics.queue_depth.set(self._waiting)
+            if not job.cancelled:
+                return job
+            if job.on_skip is not None:
+                job.on_skip()
+        return None
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                job = self._next()
+                while job is None:
+                    if self._closing:
+                        return
+                    self._cond.wait()
+                    job = self._next()
+                self._current = job
+            job.started = time.monotonic()
+            self.metrics.queue_wait.observe(job.started - job.enqueued)
+            self.metrics.active.inc()
+            try:
+                job.work(self.engine, job)
+            except Exception as exc:  # noqa: BLE001 - the work reports its own errors; keep serving
+                print(f"structspec: engine job failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            finally:
+                self.metrics.active.dec()
+                took = time.monotonic() - job.started
+                with self._cond:
+                    self._current = None
+                    self._mean_s = 0.8 * self._mean_s + 0.2 * took
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Cancel waiting jobs, let the running one see its cancel flag, stop the thread."""
+        with self._cond:
+            self._closing = True
+            for jobs in self._queues.values():
+                for job in jobs:
+                    job.cancel()
+            if self._current is not None:
+                self._current.cancel()
+            self._cond.notify_all()
+        self._thread.join(timeout)
