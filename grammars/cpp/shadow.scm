@@ -1,0 +1,16 @@
+; Shadow-engine queries for C++ (see grammars/python/shadow.scm for the captures).
+(string_literal) @skip
+(raw_string_literal) @skip
+(char_literal) @skip
+(system_lib_string) @skip
+(comment) @skip
+
+(function_definition) @construct
+(class_specifier) @construct
+(struct_specifier) @construct
+(namespace_definition) @construct
+(if_statement) @construct
+(for_statement) @construct
+(while_statement) @construct
+(switch_statement) @construct
+(call_expression) @construct

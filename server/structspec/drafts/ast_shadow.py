@@ -1,0 +1,397 @@
+"""ASTShadowEngine as a draft source: syntax that code makes (nearly) certain.
+
+The source shadows the text around the cursor plus everything generated so
+far with two views, both updated incrementally as tokens arrive:
+
+- a lexical state (``structspec.syntax.lexer``): bracket stack, string and
+  comment state, the current line and its indentation, the buffer's own
+  indentation unit, JSON expectations, the HTML element stack;
+- a tree-sitter tree (``structspec.syntax.shadow``), edited and reparsed
+  incrementally, queried with ``grammars/<lang>/shadow.scm``.
+
+From the lexical state it proposes the mandatory closures and transitions of
+the language (the table's ``block_style`` and friends decide which apply):
+
+- ``header``/``header-close``: a block header (``def f(x``, ``if x > 0``,
+  ``func main()``) gets its missing closing brackets, then ``:`` or `` {``, a
+  newline and one more indentation step;
+- ``block``: after a line ending in ``:`` (Python) or ``{``, newline + indent;
+- ``close``: the brackets opened on the current line, the statement end and a
+  newline;
+- ``indent``: after a newline, the indentation the previous line implies;
+- JSON ``key-end`` (``": "``), ``value-end`` and ``next`` (``,`` + newline +
+  indent + ``"``), ``open``;
+- HTML ``end-tag`` (after ``</``) and ``close-inline`` (``</li>`` after inline
+  content), ``open``;
+- ``kw``: keyword continuations of the table (SQL ``ORDER`` -> `` BY``, Go
+  ``if err`` -> `` != nil {``).
+
+Before a proposal is returned, the tree must agree: no draft inside a string
+or comment (``@skip``), and none when an ERROR node sits in finished code
+before the statement being typed (the state is then not to be trusted). The
+draft's tier is the rule's name, so the controller learns each rule's
+acceptance separately and stops sending the ones the model does not follow.
+
+Proposals are text; they become token ids by tokenizing them *after the
+pending token's text* so that merges across the boundary match what the
+model itself would emit (Gemma writes ``):`` and ``":`` as single tokens).
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+import warnings
+from collections.abc import Sequence
+
+from structspec.drafts.base import Draft, DraftContext
+from structspec.model.base import Model
+from structspec.syntax.domains import Domain, detect_language, domain_for_language
+from structspec.syntax.lexer import AFTER, COLON, KEY, LexState
+from structspec.syntax.shadow import ShadowTree
+from structspec.syntax.table import GrammarTableError, LanguageSpec, LanguageTable, load_table
+
+#: Bytes of text before the cursor that are shadowed (lexed and parsed).
+WINDOW_BYTES = 6000
+#: Python words after which a block header cannot end yet.
+_OPEN_ENDINGS = frozenset(
+    {"in", "not", "and", "or", "is", "if", "for", "lambda", "await", "as", "import", "from",
+     "with", "while", "elif", "return", "yield"}
+)
+#: Characters after which an expression is certainly not finished.
+_CONTINUING = set(",([{=+-*/%<>!&|^~\\.@:;?")
+
+
+def _indent(line: str) -> str:
+    body = line.lstrip(" \t")
+    return line[: len(line) - len(body)]
+
+
+def _first_word(body: str) -> str:
+    body = body.lstrip("} \t")
+    word = ""
+    for ch in body:
+        if ch.isalnum() or ch == "_":
+            word += ch
+        else:
+            break
+    return word
+
+
+def _last_word(body: str) -> str:
+    i = len(body)
+    while i > 0 and (body[i - 1].isalnum() or body[i - 1] == "_"):
+        i -= 1
+    return body[i:]
+
+
+class ASTShadowSource:
+    """The ASTShadowEngine draft source; see the module docstring."""
+
+    name = "ast"
+
+    def __init__(
+        self, model: Model, *, table: LanguageTable | None = None, window_bytes: int = WINDOW_BYTES
+    ) -> None:
+        self.model = model
+        self.window_bytes = window_bytes
+        self._table: LanguageTable | None
+        try:
+            self._table = table or load_table()
+        except GrammarTableError as exc:  # no table: the source stays silent
+            warnings.warn(f"ast source disabled: {exc}", stacklevel=2)
+            self._table = None
+        self._key: tuple[int, int] | None = None
+        self._seen = 0
+        self._lex: LexState | None = None
+        self._tree: ShadowTree | None = None
+        self._trees: dict[str, ShadowTree | None] = {}
+        self._domain: Domain | None = None
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._token_cache: dict[tuple[int, str], tuple[int, ...]] = {}
+        self._skip_tokens: set[int] = set()
+        bos = model.bos_token()
+        if bos is not None:
+            self._skip_tokens.add(bos)
+        #: Profile: propose() calls and seconds spent in them.
+        self.calls = 0
+        self.seconds = 0.0
+        self.state: str = ""  # why the last call proposed nothing (for tests and traces)
+
+    # -- state ---------------------------------------------------------------
+    def _bytes(self, tokens: Sequence[int]) -> bytes:
+        tb = self.model.token_bytes
+        skip = self._skip_tokens
+        return b"".join(tb(t) for t in tokens if t not in skip)
+
+    def _reset(self, ctx: DraftContext) -> None:
+        table = self._table
+        assert table is not None
+        toks = ctx.tokens
+        # Walk back to about window_bytes of text.
+        chunks: list[bytes] = []
+        size, i = 0, len(toks)
+        while i > 0 and size < self.window_bytes:
+            i -= 1
+            if toks[i] in self._skip_tokens:
+                continue
+            b = self.model.token_bytes(toks[i])
+            chunks.append(b)
+            size += len(b)
+        data = b"".join(reversed(chunks))
+        if i > 0:
+            # Cut at a line start, preferably an unindented one, so the parse starts clean.
+            cut = -1
+            for j in range(len(data) - 1):
+                if data[j] == 10 and data[j + 1] not in b" \t\n":
+                    cut = j + 1
+                    break
+            if cut < 0:
+                cut = data.find(b"\n") + 1
+            data = data[cut:]
+        lang: LanguageSpec | None = table.for_language_id(ctx.language)
+        if lang is None:
+            lang, _ = detect_language(None, None, data.decode("utf-8", "replace"), table=table)
+        self._domain = domain_for_language(lang)
+        self._key = (ctx.generation, id(toks))
+        self._seen = len(toks)
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        if lang is None:
+            self._lex, self._tree = None, None
+            return
+        self._lex = LexState(lang)
+        self._lex.feed(self._decoder.decode(data))
+        if lang.name not in self._trees:
+            try:
+                self._trees[lang.name] = ShadowTree(lang) if lang.grammar() is not None else None
+            except Exception as exc:  # a broken query file: lexical state only
+                warnings.warn(f"ast source: no parse for {lang.name}: {exc}", stacklevel=2)
+                self._trees[lang.name] = None
+        self._tree = self._trees[lang.name]
+        if self._tree is not None:
+            self._tree.reset(data)
+
+    def _sync(self, ctx: DraftContext) -> None:
+        toks = ctx.tokens
+        if self._key != (ctx.generation, id(toks)) or len(toks) < self._seen:
+            self._reset(ctx)
+            return
+        if len(toks) > self._seen:
+            new = self._bytes(toks[self._seen :])
+            self._seen = len(toks)
+            if self._lex is not None:
+                self._lex.feed(self._decoder.decode(new))
+            if self._tree is not None:
+                self._tree.append(new)
+
+    # -- proposing -----------------------------------------------------------
+    def propose(self, ctx: DraftContext) -> Draft | None:
+        t0 = time.perf_counter()
+        try:
+            return self._propose(ctx)
+        finally:
+            self.calls += 1
+            self.seconds += time.perf_counter() - t0
+
+    def _propose(self, ctx: DraftContext) -> Draft | None:
+        if self._table is None or ctx.max_tokens <= 0 or len(ctx.tokens) < 1:
+            return None
+        self._sync(ctx)
+        lex, domain = self._lex, self._domain
+        if lex is None or domain is None or not domain.allows(self.name):
+            self.state = "off"
+            return None
+        cand = self.candidate()
+        if cand is None:
+            self.state = "none"
+            return None
+        text, tier = cand
+        if self._tree is not None:
+            info = self._tree.cursor(self._tail_start())
+            if info.broken:
+                self.state = "broken"
+                return None
+            if info.skip and lex.lang.name != "json":
+                self.state = "skip"
+                return None
+        tokens = self._tokens(ctx.tokens[-1], text)
+        limit = min(ctx.max_tokens, domain.cap(self.name))
+        tokens = tokens[:limit]
+        self.state = tier
+        return Draft(tokens, self.name, tier) if tokens else None
+
+    def _tail_start(self) -> int:
+        """Byte offset where the statement being typed starts (ERRORs after it are the tail)."""
+        lex, tree = self._lex, self._tree
+        assert lex is not None and tree is not None
+        first = lex.line_no
+        for entry in lex.stack:
+            first = min(first, entry.line)
+        for entry in lex.tags:
+            first = min(first, entry.line)
+        return tree.line_start(first)
+
+    def _tokens(self, pending: int, text: str) -> tuple[int, ...]:
+        """Token ids of ``text`` as the model would write them after ``pending``."""
+        key = (pending, text)
+        hit = self._token_cache.get(key)
+        if hit is not None:
+            return hit
+        model = self.model
+        head = model.token_bytes(pending).decode("utf-8", "ignore")
+        result: tuple[int, ...] = ()
+        if head:
+            ids = model.tokenize(head + text, add_bos=False)
+            if ids and ids[0] == pending:
+                result = tuple(ids[1:])
+        if not result:
+            result = tuple(model.tokenize(text, add_bos=False))
+        if len(self._token_cache) > 4096:
+            self._token_cache.clear()
+        self._token_cache[key] = result
+        return result
+
+    def candidate(self) -> tuple[str, str] | None:
+        """The syntax continuation the lexical state implies: ``(text, tier)`` or ``None``."""
+        lex = self._lex
+        if lex is None:
+            return None
+        lang = lex.lang
+        if lang.name == "json":
+            return self._json(lex)
+        if lang.block_style == "tag":
+            return self._html(lex)
+        if not lex.in_code:
+            return None
+        line = lex.line
+        body = line.strip()
+        kw = self._continuation(lex, body)
+        if kw is not None:
+            return kw
+        unit = lex.indent_unit
+        if not body:
+            if line or lex.depth != lex.line_depth:
+                return None  # indentation already typed, or inside a multi-line bracket
+            prev = lex.prev_line.rstrip()
+            if not prev:
+                return None
+            base = _indent(prev)
+            opener = ":" if lang.block_style == "colon" else "{"
+            if prev.endswith(opener) and lex.depth == lex.prev_depth + (opener == "{"):
+                base += unit
+            return (base, "indent") if base else None
+        last = body[-1]
+        above = lex.stack[lex.line_depth :]
+        on_line = all(e.line == lex.line_no for e in above)
+        closers = "".join(e.closer for e in reversed(above))
+        word = _first_word(body)
+        if lang.block_style == "colon":
+            if last == ":" and lex.depth == lex.line_depth == 0 and word in lang.block_openers:
+                return "\n" + _indent(line) + unit, "block"
+            if word in lang.block_openers and last not in _CONTINUING and line[-1] != " ":
+                if _last_word(body) in _OPEN_ENDINGS and word not in ("else", "try", "finally"):
+                    return None
+                if not on_line and above:
+                    return None
+                tier = "header-close" if closers else "header"
+                return closers + ":\n" + _indent(line) + unit, tier
+        elif lang.block_style == "brace":
+            if last == "{" and lex.depth == lex.line_depth + 1 and above[-1].closer == "}":
+                return "\n" + _indent(line) + unit, "block"
+            if (
+                word in lang.block_openers
+                and last not in _CONTINUING
+                and last != "}"
+                and line[-1] != " "
+                and on_line
+                and all(e.closer != "}" for e in above)
+            ):
+                tier = "header-close" if closers else "header"
+                return closers + " {\n" + _indent(line) + unit, tier
+        operand_end = last.isalnum() or last in "_)]}\"'`"
+        if above and on_line and operand_end and all(e.closer != "}" for e in above):
+            return closers + lang.statement_end + "\n" + _indent(line), "close"
+        return None
+
+    def _continuation(self, lex: LexState, body: str) -> tuple[str, str] | None:
+        if not lex.lang.continuations or not body or not body[-1].isalpha():
+            return None
+        low = body.lower()
+        for key, text in lex.lang.continuations.items():
+            if low.endswith(key) and (len(low) == len(key) or not low[-len(key) - 1].isalnum()):
+                trigger = body[-len(key) :]
+                return (text.upper() if trigger.isupper() else text), "kw"
+        return None
+
+    def _json(self, lex: LexState) -> tuple[str, str] | None:
+        if lex.comment is not None or not lex.stack:
+            return None
+        top = lex.stack[-1]
+        obj = top.closer == "}"
+        line = lex.line
+        body = line.strip()
+        unit = lex.indent_unit
+        quote = '"' if obj else ""
+        if lex.string is not None:
+            if not body or not (body[-1].isalnum() or body[-1] in "_-."):
+                return None
+            if lex.string_role == KEY:
+                return '": ' + ('"' if top.string_values else ""), "key-end"
+            if body.count('"') == 1 and not obj:
+                return None  # a string on its own line in an array: length unknown
+            return '",\n' + _indent(line) + quote, "value-end"
+        if not body:
+            if line or not lex.prev_line.strip():
+                return None
+            prev = lex.prev_line.rstrip()
+            base = _indent(prev) + (unit if prev[-1] in "{[" else "")
+            if top.expect == KEY:
+                return base + quote, "indent"
+            if not obj and top.expect != AFTER and prev[-1] in ",[":
+                return base + ('"' if top.string_values else ""), "indent"
+            return None
+        last = body[-1]
+        if top.expect == COLON:
+            return ": " + ('"' if top.string_values else ""), "colon"
+        if last in "{[" and top.line == lex.line_no and last == ("{" if obj else "["):
+            return "\n" + _indent(line) + unit + quote, "open"
+        if last == "," and top.expect != AFTER:
+            return "\n" + _indent(line) + quote, "next"
+        if top.expect == AFTER and last != ",":
+            return ",\n" + _indent(line) + quote, "next"
+        return None
+
+    def _html(self, lex: LexState) -> tuple[str, str] | None:
+        if lex.comment is not None:
+            return None
+        top = lex.tags[-1] if lex.tags else None
+        if lex.in_tag:
+            tag = lex._tag or ""
+            if tag == "/" and top is not None:
+                return top.closer + ">", "end-tag"
+            return None
+        line = lex.line
+        body = line.strip()
+        unit = lex.indent_unit
+        if not body:
+            if line or not lex.prev_line.strip():
+                return None
+            prev = lex.prev_line.rstrip()
+            base = _indent(prev)
+            if top is not None and top.line == lex.line_no - 1 and prev.endswith(">"):
+                base += unit
+            return (base, "indent") if base else None
+        if top is None:
+            return None
+        if body[-1] != ">" and top.line == lex.line_no and "<" in body:
+            text = "</" + top.closer + ">"
+            if body.startswith("<" + top.closer) or body.startswith("<" + top.closer.upper()):
+                text += "\n" + _indent(line)
+            return text, "close-inline"
+        starts_top = body.lower().startswith("<" + top.closer)
+        if body[-1] == ">" and top.line == lex.line_no and starts_top and body.count("<") == 1:
+            return "\n" + _indent(line) + unit, "open"
+        return None
+
+    def observe(self, draft: Draft, accepted: int) -> None:
+        pass

@@ -1,0 +1,107 @@
+"""Domains: which language a buffer is in, and which draft sources serve it.
+
+A domain (Python, JSON, HTML, SQL, Go, C-like, shell, Generic) decides the
+draft sources enabled for a buffer and how many tokens each may draft per
+pass. The language is detected, in order of trust, from the LSP languageId,
+the file name or extension, a ``#!`` line, and the text itself (the
+``content_patterns`` of the language table, scored by how many lines match).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from structspec.syntax.table import DomainSpec, LanguageSpec, LanguageTable, load_table
+
+_SHEBANG = re.compile(r"\A#!\s*(?:/usr/bin/env\s+)?(?:\S*/)?([\w.+-]+)")
+#: How much text content detection looks at (its start: headers decide most).
+_SNIFF_CHARS = 8192
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The domain of a buffer: its name, language (if known), sources and caps."""
+
+    name: str
+    language: LanguageSpec | None
+    sources: tuple[str, ...]
+    caps: dict[str, int] = field(default_factory=dict)
+    detected_by: str = "default"
+
+    def allows(self, source: str) -> bool:
+        return source in self.sources
+
+    def cap(self, source: str, default: int = 16) -> int:
+        """Most tokens ``source`` may draft per pass in this domain."""
+        return self.caps.get(source, default)
+
+
+def _domain(table: LanguageTable, lang: LanguageSpec | None, how: str) -> Domain:
+    spec: DomainSpec = table.domains[lang.domain if lang else "generic"]
+    return Domain(spec.name, lang, spec.sources, dict(spec.caps), how)
+
+
+def _sniff(table: LanguageTable, text: str) -> LanguageSpec | None:
+    head = text[:_SNIFF_CHARS]
+    m = _SHEBANG.match(head)
+    if m:
+        interp = re.sub(r"[\d.]+$", "", m.group(1)) or m.group(1)
+        for lang in table.languages.values():
+            if interp in lang.shebangs or m.group(1) in lang.shebangs:
+                return lang
+    stripped = head.lstrip()
+    if stripped[:1] in ("{", "[") and "json" in table.languages:
+        try:
+            json.loads(text)
+            return table.languages["json"]
+        except ValueError:
+            pass  # may still be JSON cut short: the patterns below decide
+    best: LanguageSpec | None = None
+    best_score = 0
+    for lang in table.languages.values():
+        score = sum(len(p.findall(head)) for p in lang.content_patterns)
+        if score > best_score:
+            best, best_score = lang, score
+    return best
+
+
+def detect_language(
+    language_id: str | None = None,
+    path: str | None = None,
+    text: str = "",
+    *,
+    table: LanguageTable | None = None,
+) -> tuple[LanguageSpec | None, str]:
+    """The language of a buffer and what decided it (``languageId``, ``path``, ``content``)."""
+    table = table or load_table()
+    lang = table.for_language_id(language_id)
+    if lang is not None:
+        return lang, "languageId"
+    lang = table.for_path(path)
+    if lang is not None:
+        return lang, "path"
+    if text:
+        lang = _sniff(table, text)
+        if lang is not None:
+            return lang, "content"
+    return None, "default"
+
+
+def detect_domain(
+    language_id: str | None = None,
+    path: str | None = None,
+    text: str = "",
+    *,
+    table: LanguageTable | None = None,
+) -> Domain:
+    """The domain of a buffer; unknown languages get the Generic domain."""
+    table = table or load_table()
+    lang, how = detect_language(language_id, path, text, table=table)
+    return _domain(table, lang, how)
+
+
+def domain_for_language(language: LanguageSpec | None) -> Domain:
+    """The domain of a known language entry (``None``: Generic)."""
+    return _domain(load_table(), language, "languageId" if language else "default")
