@@ -1,0 +1,199 @@
+"""Open documents as an editor sends them: full text plus incremental edits.
+
+Positions are LSP positions: a zero-based line and a column counted in the
+code units of the negotiated position encoding (UTF-16 unless the client
+offered another). Everything here is forgiving, because an editor's view and
+ours can drift apart (a lost notification, a buggy client): a position past the
+end of a line is clamped to the line's end, a line past the end of the document
+to the document's end, a reversed range is put in order, and an edit to an
+unknown document is reported to the caller rather than raised.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+#: Line breaks as LSP defines them.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+UTF8 = "utf-8"
+UTF16 = "utf-16"
+UTF32 = "utf-32"
+ENCODINGS = (UTF8, UTF16, UTF32)
+
+
+def _units(ch: str, encoding: str) -> int:
+    """Code units of one character in ``encoding``."""
+    cp = ord(ch)
+    if encoding == UTF16:
+        return 2 if cp > 0xFFFF else 1
+    if encoding == UTF8:
+        return 1 if cp < 0x80 else 2 if cp < 0x800 else 3 if cp < 0x10000 else 4
+    return 1
+
+
+def column_to_index(line: str, column: int, encoding: str) -> int:
+    """Python index in ``line`` of an LSP column (clamped to ``[0, len(line)]``).
+
+    A column that falls inside a character (half of a surrogate pair, the middle
+    of a UTF-8 sequence) resolves to the start of the next character.
+    """
+    if column <= 0:
+        return 0
+    if encoding == UTF32 or line.isascii():
+        return min(column, len(line))
+    units = 0
+    for i, ch in enumerate(line):
+        if units >= column:
+            return i
+        units += _units(ch, encoding)
+    return len(line)
+
+
+def index_to_column(line: str, index: int, encoding: str) -> int:
+    """LSP column of Python index ``index`` in ``line``."""
+    index = max(0, min(index, len(line)))
+    if encoding == UTF32 or line.isascii():
+        return index
+    return sum(_units(ch, encoding) for ch in line[:index])
+
+
+@dataclass
+class Document:
+    """One open document. ``text`` is replaced (never mutated) by every edit."""
+
+    uri: str
+    language: str
+    version: int
+    text: str
+    _line_starts: list[int] | None = field(default=None, repr=False)
+
+    def line_starts(self) -> list[int]:
+        """Offsets where each line starts (computed once per text)."""
+        if self._line_starts is None:
+            self._line_starts = [0, *(m.end() for m in _LINE_BREAK.finditer(self.text))]
+        return self._line_starts
+
+    @property
+    def line_count(self) -> int:
+        return len(self.line_starts())
+
+    def line_bounds(self, line: int) -> tuple[int, int]:
+        """``(start, end)`` offsets of ``line`` without its line break (clamped)."""
+        starts = self.line_starts()
+        line = max(0, min(line, len(starts) - 1))
+        start = starts[line]
+        if line + 1 < len(starts):
+            end = starts[line + 1]
+            # Drop the break itself: "\r\n" is two characters.
+            end -= 2 if self.text.startswith("\r\n", end - 2) and end - 2 >= start else 1
+        else:
+            end = len(self.text)
+        return start, end
+
+    def line_text(self, line: int) -> str:
+        start, end = self.line_bounds(line)
+        return self.text[start:end]
+
+    def offset_at(self, line: int, column: int, encoding: str = UTF16) -> int:
+        """Offset of an LSP position; past-the-end lines and columns are clamped."""
+        starts = self.line_starts()
+        if line < 0:
+            return 0
+        if line >= len(starts):
+            return len(self.text)
+        start, end = self.line_bounds(line)
+        return start + column_to_index(self.text[start:end], column, encoding)
+
+    def position_at(self, offset: int, encoding: str = UTF16) -> tuple[int, int]:
+        """LSP ``(line, column)`` of an offset (clamped to the text)."""
+        import bisect
+
+        offset = max(0, min(offset, len(self.text)))
+        starts = self.line_starts()
+        line = bisect.bisect_right(starts, offset) - 1
+        start, end = self.line_bounds(line)
+        return line, index_to_column(self.text[start:end], min(offset, end) - start, encoding)
+
+    def replace(self, start: int, end: int, new_text: str) -> None:
+        """Replace ``text[start:end]`` (offsets clamped and ordered)."""
+        n = len(self.text)
+        start, end = max(0, min(start, n)), max(0, min(end, n))
+        if end < start:
+            start, end = end, start
+        self.text = self.text[:start] + new_text + self.text[end:]
+        self._line_starts = None
+
+
+@dataclass(frozen=True)
+class Range:
+    """An LSP range: ``(line, column)`` pairs in the store's encoding."""
+
+    start_line: int
+    start_column: int
+    end_line: int
+    end_column: int
+
+
+@dataclass(frozen=True)
+class TextChange:
+    """One content change of ``didChange``: ``range=None`` replaces the whole text."""
+
+    text: str
+    range: Range | None = None
+
+
+class UnknownDocument(KeyError):
+    """An edit or request named a document that is not open."""
+
+
+class DocumentStore:
+    """The open documents, keyed by URI."""
+
+    def __init__(self, encoding: str = UTF16) -> None:
+        self.encoding = encoding if encoding in ENCODINGS else UTF16
+        self._docs: dict[str, Document] = {}
+
+    def __contains__(self, uri: object) -> bool:
+        return uri in self._docs
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def __iter__(self) -> Iterator[Document]:
+        return iter(list(self._docs.values()))
+
+    def get(self, uri: str) -> Document | None:
+        return self._docs.get(uri)
+
+    def open(self, uri: str, language: str, version: int, text: str) -> Document:
+        """Open (or reopen, replacing) a document."""
+        doc = Document(uri, language or "", version, text)
+        self._docs[uri] = doc
+        return doc
+
+    def change(self, uri: str, version: int, changes: Iterable[TextChange]) -> Document:
+        """Apply ``changes`` in order. Raises ``UnknownDocument`` for a URI not open."""
+        doc = self._docs.get(uri)
+        if doc is None:
+            raise UnknownDocument(uri)
+        for change in changes:
+            if change.range is None:
+                doc.text = change.text
+                doc._line_starts = None
+                continue
+            r = change.range
+            start = doc.offset_at(r.start_line, r.start_column, self.encoding)
+            end = doc.offset_at(r.end_line, r.end_column, self.encoding)
+            doc.replace(start, end, change.text)
+        doc.version = version
+        return doc
+
+    def close(self, uri: str) -> bool:
+        """Forget a document; ``False`` when it was not open."""
+        return self._docs.pop(uri, None) is not None
+
+    def total_chars(self) -> int:
+        return sum(len(d.text) for d in self._docs.values())

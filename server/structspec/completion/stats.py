@@ -1,0 +1,85 @@
+"""Local acceptance statistics: what was shown, what the user took, how fast.
+
+Nothing leaves the machine: the numbers feed the ``structspec/status``
+notification and the editor benchmark.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+#: Suggestions remembered for ``structspec.accept`` (older ids are forgotten).
+_REMEMBERED = 512
+
+
+@dataclass
+class AcceptanceStats:
+    """Counters of one server session."""
+
+    requests: int = 0
+    shown: int = 0  # suggestions the model produced
+    served_from_cache: int = 0  # typing-through answers
+    empty: int = 0  # requests answered with nothing
+    cancelled: int = 0
+    accepted: int = 0
+    accepted_chars: int = 0
+    generated_tokens: int = 0
+    generation_seconds: float = 0.0
+    last_latency_ms: float | None = None
+    last_tokens_per_second: float | None = None
+    _latencies: deque[float] = field(default_factory=lambda: deque(maxlen=256))
+    _shown_ids: OrderedDict[str, int] = field(default_factory=OrderedDict)
+
+    def record_latency(self, ms: float) -> None:
+        self.last_latency_ms = ms
+        self._latencies.append(ms)
+
+    def record_shown(self, suggestion_id: str, chars: int) -> None:
+        self.shown += 1
+        self._shown_ids[suggestion_id] = chars
+        while len(self._shown_ids) > _REMEMBERED:
+            self._shown_ids.popitem(last=False)
+
+    def record_generation(self, tokens: int, seconds: float) -> None:
+        self.generated_tokens += tokens
+        self.generation_seconds += seconds
+        if seconds > 0 and tokens:
+            self.last_tokens_per_second = tokens / seconds
+
+    def record_accept(self, suggestion_id: str) -> bool:
+        """Count an acceptance once per shown suggestion; ``False`` for unknown ids."""
+        chars = self._shown_ids.pop(suggestion_id, None)
+        if chars is None:
+            return False
+        self.accepted += 1
+        self.accepted_chars += chars
+        return True
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.shown if self.shown else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.generation_seconds if self.generation_seconds else 0.0
+
+    @property
+    def median_latency_ms(self) -> float | None:
+        return median(self._latencies) if self._latencies else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "shown": self.shown,
+            "servedFromCache": self.served_from_cache,
+            "empty": self.empty,
+            "cancelled": self.cancelled,
+            "accepted": self.accepted,
+            "acceptedChars": self.accepted_chars,
+            "acceptance": round(self.acceptance, 4),
+            "tokensPerSecond": round(self.tokens_per_second, 2),
+            "medianLatencyMs": self.median_latency_ms,
+        }

@@ -1,0 +1,175 @@
+"""What to suggest at a cursor: single line or block, and the clean-up of model text.
+
+- **Mode.** Mid-line (code before the cursor on its line, or a blank line that
+  does not open a block) gets a single line: generation stops at the first
+  newline. At the start of a block (a blank line after a line that opens one,
+  or the end of such a line) a block is suggested: lines are kept until one
+  dedents below the block's first line.
+- **Clean-up.** A suggestion never repeats the text after the cursor (the
+  overlap with the rest of the line, or the following lines of the file, is
+  cut), carries no trailing whitespace, and is never only whitespace (then
+  there is no suggestion at all).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+LINE = "line"
+BLOCK = "block"
+
+#: Line endings that open a block in common languages.
+_OPENERS = (":", "{", "(", "[", "=>", " do", " then", " begin", "->")
+_WORD_TAIL = re.compile(r"[\w$]*\Z")
+
+
+def indent_width(line: str, tab: int = 4) -> int:
+    """Width of the leading whitespace, tabs counted as ``tab`` columns."""
+    width = 0
+    for ch in line:
+        if ch == " ":
+            width += 1
+        elif ch == "\t":
+            width += tab - width % tab
+        else:
+            break
+    return width
+
+
+def _opens_block(line: str) -> bool:
+    stripped = line.rstrip()
+    if not stripped:
+        return False
+    # A comment that ends with ':' is not a block opener.
+    if stripped.lstrip().startswith(("#", "//", "--", "/*", "*")):
+        return False
+    return stripped.endswith(_OPENERS)
+
+
+@dataclass(frozen=True)
+class CursorContext:
+    """The text around a cursor that decides what to suggest.
+
+    ``line_prefix``/``line_suffix``: the cursor's line before/after it;
+    ``previous_line``: the nearest non-blank line above; ``after``: a window of
+    the document after the cursor (rest of the line included).
+    """
+
+    line_prefix: str
+    line_suffix: str
+    previous_line: str = ""
+    after: str = ""
+
+    @classmethod
+    def at(cls, text: str, offset: int, window: int = 2000) -> CursorContext:
+        """The context of ``offset`` in ``text`` (line breaks: ``\\n``, ``\\r\\n``)."""
+        offset = max(0, min(offset, len(text)))
+        start = text.rfind("\n", 0, offset) + 1
+        end = text.find("\n", offset)
+        end = len(text) if end < 0 else end
+        prefix = text[start:offset]
+        suffix = text[offset:end].rstrip("\r")
+        previous = ""
+        pos = start - 1
+        # Walk up at most a few hundred lines to find a non-blank one.
+        for _ in range(200):
+            if pos <= 0:
+                break
+            ls = text.rfind("\n", 0, pos) + 1
+            candidate = text[ls:pos].rstrip("\r")
+            if candidate.strip():
+                previous = candidate
+                break
+            pos = ls - 1
+        return cls(prefix, suffix, previous, text[offset : offset + window])
+
+    @property
+    def mode(self) -> str:
+        """``line`` or ``block`` (see the module docstring)."""
+        if self.line_suffix.strip():
+            return LINE
+        if not self.line_prefix.strip():
+            return BLOCK if _opens_block(self.previous_line) else LINE
+        return BLOCK if _opens_block(self.line_prefix) else LINE
+
+    @property
+    def opener_line(self) -> bool:
+        """The cursor ends a line that opens a block (the block starts on the next line)."""
+        return bool(self.line_prefix.strip()) and self.mode == BLOCK
+
+    @property
+    def word_prefix(self) -> str:
+        """The identifier characters just before the cursor (for completion menus)."""
+        match = _WORD_TAIL.search(self.line_prefix)
+        return match.group(0) if match else ""
+
+
+def cut_block(text: str, ctx: CursorContext) -> tuple[str, bool]:
+    """Cut ``text`` before its first line that dedents below the block.
+
+    The block's indentation is that of its first non-blank line (counting the
+    text before the cursor on the cursor's line). Returns ``(text, cut)``;
+    ``cut`` is true when a dedent was found, so generation can stop. A line
+    still made only of whitespace is not judged yet.
+    """
+    lines = (ctx.line_prefix + text).split("\n")
+    first = 1 if ctx.opener_line else 0
+    block_indent: int | None = None
+    for i in range(first, len(lines)):
+        line = lines[i]
+        if not line.strip():
+            continue
+        width = indent_width(line)
+        if block_indent is None:
+            block_indent = width
+        elif width < block_indent:
+            kept = "\n".join(lines[:i])
+            return kept[len(ctx.line_prefix) :], True
+    return text, False
+
+
+def _strip_line_overlap(text: str, suffix: str) -> str:
+    """Remove the end of ``text`` that repeats the start of ``suffix`` (the rest of the line)."""
+    suffix = suffix.rstrip()
+    if not suffix.strip():
+        return text
+    body = text.rstrip()
+    for k in range(min(len(body), len(suffix)), 0, -1):
+        piece = suffix[:k]
+        if piece.strip() and body.endswith(piece):
+            return body[:-k]
+    return text
+
+
+def _strip_repeated_lines(text: str, after: str) -> str:
+    """Cut a block where it starts repeating the lines that follow the cursor's line."""
+    following = [ln.strip() for ln in after.split("\n")[1:] if ln.strip()]
+    if not following:
+        return text
+    anchor = following[0]
+    if len(anchor) < 3:
+        return text
+    lines = text.split("\n")
+    for i in range(1, len(lines)):
+        if lines[i].strip() == anchor:
+            return "\n".join(lines[:i])
+    return text
+
+
+def clean(text: str, ctx: CursorContext, mode: str) -> str | None:
+    """The suggestion to show for model ``text``, or ``None`` when nothing is worth showing."""
+    if mode == LINE:
+        text = text.split("\n", 1)[0]
+        text = _strip_line_overlap(text, ctx.line_suffix)
+    else:
+        text, _ = cut_block(text, ctx)
+        text = _strip_repeated_lines(text, ctx.after)
+    # No trailing whitespace on any line, no trailing blank lines.
+    text = "\n".join(line.rstrip() for line in text.split("\n")).rstrip()
+    if not text.strip():
+        return None
+    # The suggestion is exactly what already follows the cursor: nothing to add.
+    if ctx.after.lstrip().startswith(text.strip()) and ctx.after.strip():
+        return None
+    return text

@@ -1,0 +1,74 @@
+"""Suggestions to LSP results: inline completion items and completion-list items.
+
+Inline items replace the rest of the cursor's line when it is not blank
+(``insertText`` = suggestion + rest of line): editors then draw the ghost text
+between the cursor and the existing text, and accepting it leaves that text in
+place. Completion items replace the identifier before the cursor, so that
+clients which filter a menu by the typed word keep the item.
+"""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+from structspec.completion.service import Suggestion
+
+ACCEPT_COMMAND = "structspec.accept"
+STATUS_NOTIFICATION = "structspec/status"
+_LABEL_CHARS = 80
+
+
+def accept_command(suggestion: Suggestion) -> types.Command:
+    return types.Command(
+        title="structspec: suggestion accepted",
+        command=ACCEPT_COMMAND,
+        arguments=[suggestion.id],
+    )
+
+
+def inline_completion(suggestion: Suggestion) -> types.InlineCompletionList:
+    start = types.Position(line=suggestion.line, character=suggestion.character)
+    if suggestion.line_suffix.strip():
+        end = types.Position(line=suggestion.line, character=suggestion.line_end_character)
+        insert = suggestion.text + suggestion.line_suffix
+    else:
+        end, insert = start, suggestion.text
+    item = types.InlineCompletionItem(
+        insert_text=insert,
+        range=types.Range(start=start, end=end),
+        command=accept_command(suggestion),
+    )
+    return types.InlineCompletionList(items=[item])
+
+
+def completion_list(suggestion: Suggestion | None) -> types.CompletionList:
+    """A one-item list (empty without a suggestion); always incomplete, so clients ask again."""
+    if suggestion is None:
+        return types.CompletionList(is_incomplete=True, items=[])
+    word = suggestion.word_prefix
+    new_text = word + suggestion.text
+    first, _, more = new_text.partition("\n")
+    label = first.strip() or new_text.strip()
+    if len(label) > _LABEL_CHARS:
+        label = label[: _LABEL_CHARS - 1] + "…"
+    elif more:
+        label += " …"
+    edit_range = types.Range(
+        start=types.Position(line=suggestion.line, character=suggestion.word_start_character),
+        end=types.Position(line=suggestion.line, character=suggestion.character),
+    )
+    item = types.CompletionItem(
+        label=label,
+        kind=types.CompletionItemKind.Text,
+        detail="structspec",
+        documentation=types.MarkupContent(
+            kind=types.MarkupKind.PlainText, value=new_text
+        ) if more else None,
+        sort_text="0",
+        filter_text=first,
+        preselect=True,
+        insert_text_format=types.InsertTextFormat.PlainText,
+        text_edit=types.TextEdit(range=edit_range, new_text=new_text),
+        command=accept_command(suggestion),
+    )
+    return types.CompletionList(is_incomplete=True, items=[item])

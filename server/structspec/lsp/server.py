@@ -1,0 +1,322 @@
+"""The structspec language server: thin pygls handlers over ``CompletionService``.
+
+Each handler fetches what the request names, calls the service and converts
+the result; all completion logic lives in ``structspec.completion``.
+
+Robustness beyond pygls' defaults:
+
+- A request whose parameters do not fit the LSP types (a string where a line
+  number belongs) is answered with ``InvalidParams`` instead of being dropped,
+  so a client never waits forever.
+- Documents are kept only in the service's store (pygls' own workspace copy
+  is bypassed): one copy of a 1 MB buffer, and edits to unknown documents are
+  logged, not raised.
+- Server-side errors are logged (``--log-file``) and sent as
+  ``window/logMessage``, never as a pop-up per failure.
+
+Settings, lowest precedence first: defaults, config file, environment
+(``structspec.config.load_settings``), ``initializationOptions``, the latest
+``workspace/didChangeConfiguration`` (section ``structspec``), and command-line
+flags given explicitly (``--model``, ``--threads``), which always win. A bad
+value is reported with ``window/showMessage`` and its default is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Generator, Mapping
+from typing import Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+from structspec import __version__
+from structspec.completion.documents import ENCODINGS, Range, TextChange, UnknownDocument
+from structspec.completion.service import CompletionRequest, CompletionService, Status
+from structspec.config import Settings, apply
+from structspec.lsp.convert import (
+    ACCEPT_COMMAND,
+    STATUS_NOTIFICATION,
+    completion_list,
+    inline_completion,
+)
+
+log = logging.getLogger(__name__)
+
+STATUS_COMMAND = "structspec.status"
+#: Keys a client may send in the ``structspec`` section that are not server
+#: settings (VS Code's ``structspec.trace.server``): ignored silently.
+CLIENT_ONLY_KEYS = frozenset({"trace"})
+
+
+class _BadRequest:
+    """A request whose params could not be structured; answered with an error."""
+
+    def __init__(self, msg_id: Any, method: str, error: JsonRpcException) -> None:
+        self.id = msg_id
+        self.method = method
+        self.error = error
+
+
+class StructspecProtocol(LanguageServerProtocol):
+    """pygls' protocol with the robustness described in the module docstring."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if "id" in data and "method" in data:
+                return _BadRequest(data["id"], str(data["method"]), exc)
+            raise
+
+    def handle_message(self, message: Any) -> None:
+        if isinstance(message, _BadRequest):
+            log.warning("invalid params for %s (id %r)", message.method, message.id)
+            self._send_response(message.id, error=message.error.to_response_error())
+            return
+        super().handle_message(message)
+
+    # Document sync: the user handlers (the service's store) only.
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(
+        self, params: types.DidOpenTextDocumentParams
+    ) -> Generator[Any, Any, None]:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(
+        self, params: types.DidChangeTextDocumentParams
+    ) -> Generator[Any, Any, None]:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(
+        self, params: types.DidCloseTextDocumentParams
+    ) -> Generator[Any, Any, None]:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+            yield handler, (params,), None
+
+
+class StructspecServer(LanguageServer):
+    """The server object: pygls plumbing plus the completion service and settings."""
+
+    def __init__(self, base: Settings, pinned: Mapping[str, Any] | None = None) -> None:
+        super().__init__("structspec-lsp", __version__, protocol_cls=StructspecProtocol)
+        self.base = base
+        self.pinned = dict(pinned or {})
+        self.init_values: dict[str, Any] = {}
+        self.client_values: dict[str, Any] = {}
+        self.service = CompletionService(
+            self.effective_settings()[0],
+            on_status=self.send_status,
+            on_message=self.tell_user,
+        )
+        self.startup_messages: list[tuple[str, str]] = []
+
+    # -- settings ----------------------------------------------------------
+    def effective_settings(self) -> tuple[Settings, list[str]]:
+        """Settings from every layer, and the errors of the client layers."""
+        settings, _, errors = apply(self.base, self.init_values, camel_case=True)
+        settings, _, more = apply(settings, self.client_values, camel_case=True)
+        settings, _, _ = apply(settings, self.pinned)
+        return settings, errors + more
+
+    def report_settings_errors(self, errors: list[str]) -> None:
+        for error in errors:
+            if error.startswith("unknown setting"):
+                self.tell_user("info", f"structspec: ignoring {error}")
+            else:
+                self.tell_user("warning", f"structspec: invalid setting: {error}")
+
+    def take_client_values(self, values: Any, *, layer: str) -> bool:
+        """Store a client's settings object for ``layer``; ``False`` if it is not usable."""
+        section = _section(values)
+        if section is None:
+            if values is not None:
+                kind = type(values).__name__
+                self.tell_user(
+                    "warning", f"structspec: {layer} must be an object of settings, not {kind}"
+                )
+            return False
+        clean = {k: v for k, v in section.items() if k not in CLIENT_ONLY_KEYS}
+        if layer == "initializationOptions":
+            self.init_values = clean
+        else:
+            self.client_values = clean
+        return True
+
+    def refresh_settings(self) -> None:
+        settings, errors = self.effective_settings()
+        self.report_settings_errors(errors)
+        self.service.configure(settings)
+
+    # -- messages to the client --------------------------------------------
+    def tell_user(self, level: str, text: str) -> None:
+        """``error``/``warning`` pop up (``window/showMessage``); ``info`` goes to the log."""
+        if getattr(self.protocol, "writer", None) is None:
+            self.startup_messages.append((level, text))
+            return
+        if level == "info":
+            self.window_log_message(
+                types.LogMessageParams(type=types.MessageType.Info, message=text)
+            )
+            return
+        kind = types.MessageType.Error if level == "error" else types.MessageType.Warning
+        self.window_show_message(types.ShowMessageParams(type=kind, message=text))
+
+    def send_status(self, status: Status) -> None:
+        if getattr(self.protocol, "writer", None) is not None:
+            self.protocol.notify(STATUS_NOTIFICATION, status.to_json())
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        log.error("server error (%s): %s", getattr(source, "__name__", source), error)
+        with contextlib.suppress(Exception):  # the transport itself may be what failed
+            self.window_log_message(
+                types.LogMessageParams(
+                    type=types.MessageType.Error, message=f"structspec: internal error: {error}"
+                )
+            )
+
+
+def _section(values: Any) -> dict[str, Any] | None:
+    """The ``structspec`` settings in a client object (nested or flat); ``None`` if unusable."""
+    if not isinstance(values, dict):
+        return None
+    inner = values.get("structspec")
+    if isinstance(inner, dict):
+        return inner
+    if "structspec" in values:
+        return None
+    return values
+
+
+def _encoding(value: Any) -> str:
+    text = str(getattr(value, "value", value))
+    return text if text in ENCODINGS else "utf-16"
+
+
+def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> StructspecServer:
+    """A ready server (not started); see the module docstring for settings."""
+    server = StructspecServer(base, pinned)
+    service = server.service
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: StructspecServer, params: types.InitializeParams) -> None:
+        with contextlib.suppress(RuntimeError):  # no workspace: keep UTF-16
+            service.documents.encoding = _encoding(ls.workspace.position_encoding)
+        ls.take_client_values(params.initialization_options, layer="initializationOptions")
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls: StructspecServer, params: types.InitializedParams) -> None:
+        for level, text in ls.startup_messages:
+            ls.tell_user(level, text)
+        ls.startup_messages.clear()
+        settings, errors = ls.effective_settings()
+        ls.report_settings_errors(errors)
+        service.settings = settings
+        service.start()  # load the model in the worker; initialize has been answered
+        await _pull_configuration(ls)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(
+        ls: StructspecServer, params: types.DidChangeConfigurationParams
+    ) -> None:
+        if ls.take_client_values(params.settings, layer="didChangeConfiguration settings"):
+            ls.refresh_settings()
+        else:
+            await _pull_configuration(ls)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: StructspecServer, params: types.DidOpenTextDocumentParams) -> None:
+        doc = params.text_document
+        service.open_document(doc.uri, doc.language_id, doc.version, doc.text)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: StructspecServer, params: types.DidChangeTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        changes = []
+        for change in params.content_changes:
+            r = getattr(change, "range", None)
+            rng = None
+            if r is not None:
+                rng = Range(r.start.line, r.start.character, r.end.line, r.end.character)
+            changes.append(TextChange(change.text, rng))
+        try:
+            service.change_document(uri, params.text_document.version, changes)
+        except UnknownDocument:
+            if changes and changes[-1].range is None:
+                # A whole-text change says everything we need: adopt the document.
+                service.open_document(uri, "", params.text_document.version, changes[-1].text)
+            else:
+                log.warning("didChange for a document that is not open: %s", uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: StructspecServer, params: types.DidCloseTextDocumentParams) -> None:
+        service.close_document(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline(
+        ls: StructspecServer, params: types.InlineCompletionParams
+    ) -> types.InlineCompletionList | None:
+        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        request = CompletionRequest(
+            params.text_document.uri, params.position.line, params.position.character, invoked
+        )
+        suggestion = await service.complete(request)
+        return inline_completion(suggestion) if suggestion is not None else None
+
+    @server.feature(
+        types.TEXT_DOCUMENT_COMPLETION,
+        types.CompletionOptions(trigger_characters=[".", "("], resolve_provider=False),
+    )
+    async def completion(
+        ls: StructspecServer, params: types.CompletionParams
+    ) -> types.CompletionList:
+        invoked = params.context is None or (
+            params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+        )
+        request = CompletionRequest(
+            params.text_document.uri, params.position.line, params.position.character, invoked
+        )
+        return completion_list(await service.complete(request))
+
+    @server.command(ACCEPT_COMMAND)
+    def accept(ls: StructspecServer, *args: Any) -> dict[str, Any]:
+        suggestion_id = args[0] if args else None
+        if isinstance(suggestion_id, dict):
+            suggestion_id = suggestion_id.get("id")
+        accepted = isinstance(suggestion_id, str) and service.accept(suggestion_id)
+        return {"accepted": accepted, "acceptance": round(service.stats.acceptance, 4)}
+
+    @server.command(STATUS_COMMAND)
+    def status(ls: StructspecServer, *args: Any) -> dict[str, Any]:
+        return service.status().to_json()
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: StructspecServer, params: None) -> None:
+        service.close()
+
+    return server
+
+
+async def _pull_configuration(ls: StructspecServer) -> None:
+    """Ask for the ``structspec`` section when the client supports ``workspace/configuration``."""
+    caps = ls.client_capabilities
+    if not (caps and caps.workspace and caps.workspace.configuration):
+        return
+    try:
+        result = await ls.workspace_configuration_async(
+            types.ConfigurationParams(items=[types.ConfigurationItem(section="structspec")])
+        )
+    except Exception as exc:  # the client may refuse or fail: keep what we have
+        log.info("workspace/configuration failed: %s", exc)
+        return
+    values = result[0] if isinstance(result, list) and result else None
+    if values and ls.take_client_values(values, layer="workspace/configuration"):
+        ls.refresh_settings()

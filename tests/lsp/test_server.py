@@ -1,0 +1,123 @@
+"""End-to-end tests of ``structspec-lsp`` over stdio on the deterministic stand-in model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
+URI = "file:///work/example.py"
+TEXT = "def add(a, b):\n    return a + b\n\n\nx = add(1, 2)\ny = "
+
+
+def open_doc(client: LanguageClient, text: str = TEXT, uri: str = URI, lang: str = "python"):
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id=lang, version=1, text=text)
+        )
+    )
+
+
+def end_of(text: str) -> types.Position:
+    lines = text.split("\n")
+    return types.Position(line=len(lines) - 1, character=len(lines[-1]))
+
+
+async def inline(client: LanguageClient, pos: types.Position, uri: str = URI, invoked=True):
+    kind = (
+        types.InlineCompletionTriggerKind.Invoked
+        if invoked
+        else types.InlineCompletionTriggerKind.Automatic
+    )
+    return await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=pos,
+            context=types.InlineCompletionContext(trigger_kind=kind),
+        )
+    )
+
+
+async def test_capabilities(client: LanguageClient):
+    caps = client.server_capabilities
+    assert caps.inline_completion_provider is not None
+    assert caps.completion_provider is not None
+    sync = caps.text_document_sync
+    assert sync.change == types.TextDocumentSyncKind.Incremental
+    assert "structspec.accept" in caps.execute_command_provider.commands
+
+
+async def test_inline_completion_and_accept(client: LanguageClient):
+    open_doc(client)
+    result = await inline(client, end_of(TEXT))
+    assert result is not None and len(result.items) == 1
+    item = result.items[0]
+    assert item.insert_text.strip() and item.insert_text == item.insert_text.rstrip()
+    assert "\n" not in item.insert_text  # mid-line: a single line
+    assert item.range.start == end_of(TEXT)
+    assert item.command.command == "structspec.accept"
+    answer = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="structspec.accept", arguments=item.command.arguments)
+    )
+    assert answer["accepted"] is True and answer["acceptance"] == 1.0
+    again = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="structspec.accept", arguments=item.command.arguments)
+    )
+    assert again["accepted"] is False  # counted once
+
+
+async def test_typing_through_is_served_from_cache(client: LanguageClient):
+    open_doc(client)
+    pos = end_of(TEXT)
+    first = (await inline(client, pos)).items[0].insert_text
+    assert len(first) >= 2
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=2),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(start=pos, end=pos), text=first[0]
+                )
+            ],
+        )
+    )
+    nxt = types.Position(line=pos.line, character=pos.character + 1)
+    second = await inline(client, nxt)
+    assert second.items[0].insert_text == first[1:]
+    status = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="structspec.status", arguments=[])
+    )
+    assert status["stats"]["servedFromCache"] == 1
+    assert status["stats"]["shown"] == 1
+
+
+async def test_completion_fallback(client: LanguageClient):
+    open_doc(client)
+    result = await client.text_document_completion_async(
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=URI), position=end_of(TEXT)
+        )
+    )
+    assert result.is_incomplete is True
+    assert len(result.items) == 1
+    item = result.items[0]
+    assert item.text_edit.new_text.strip()
+    assert item.command.command == "structspec.accept"
+
+
+async def test_status_notification(client: LanguageClient):
+    open_doc(client)
+    waiter = asyncio.ensure_future(client.wait_for_notification("structspec/status"))
+    await inline(client, end_of(TEXT))
+    status = await asyncio.wait_for(waiter, 10)
+    status = status._asdict()  # pygls hands unknown notifications over as named tuples
+    assert status["state"] in ("busy", "idle")
+    assert "model" in status and "tokensPerSecond" in status and "acceptance" in status
+    assert "lastLatencyMs" in status
+
+
+@pytest.mark.parametrize("uri", ["file:///nope.py", "untitled:Untitled-1", "::bad::"])
+async def test_unknown_uri_answers_null(client: LanguageClient, uri: str):
+    assert await inline(client, types.Position(line=0, character=0), uri=uri) is None
