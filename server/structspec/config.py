@@ -71,7 +71,7 @@ def camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def _coerce(name: str, kind: Any, value: Any) -> Any:
+def _coerce(name: str, kind: Any, value: Any, field_name: str | None = None) -> Any:
     """Convert ``value`` for field ``name`` or raise ``ValueError`` with a message."""
     if kind is bool or kind == "bool":
         if isinstance(value, bool):
@@ -88,7 +88,8 @@ def _coerce(name: str, kind: Any, value: Any) -> Any:
             raise ValueError(f"{name} must be an integer, not {value!r}") from None
         if isinstance(value, float) and number != value:
             raise ValueError(f"{name} must be an integer, not {value!r}")
-        lo, hi = _BOUNDS.get(name, (-(2**31), 2**31))
+        # Bounds are keyed by the field name (``name`` may be the camelCase key).
+        lo, hi = _BOUNDS.get(field_name or name, (-(2**31), 2**31))
         if not lo <= number <= hi:
             raise ValueError(f"{name} must be between {lo} and {hi}, not {number}")
         return number
@@ -140,7 +141,7 @@ def apply(
         if value is None:
             continue
         try:
-            updates[name] = _coerce(key, kinds[name], value)
+            updates[name] = _coerce(key, kinds[name], value, name)
         except ValueError as exc:
             errors.append(f"{exc}; keeping {getattr(base, name)!r}")
     return dataclasses.replace(base, **updates), sorted(updates), errors
