@@ -76,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col)
     for r in rows:
         value = r["value"]
-        shown = json.dumps(value) if not isinstance(value, str) else (value or '""')
+        if r["name"] == "model" and not value:
+            shown = '"" (the embedded default model)'
+        else:
+            shown = json.dumps(value) if not isinstance(value, str) else value
         table.add_row(r["name"], shown, r["origin"], r["env"], r["lsp"])
     console.print(table)
     for err in loaded.errors:

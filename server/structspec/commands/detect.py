@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     console.print()
     table = Table(title="GGUF files", title_justify="left", show_edge=False, pad_edge=False)
-    for col in ("where", "model", "size", "arch", "quant", "context", "FIM", "chat template"):
+    for col in ("where", "model", "size", "arch", "params", "quant", "context", "FIM", "chat"):
         table.add_column(col)
     for f in files:
         if f.error:

@@ -329,7 +329,7 @@ class EngineApp:
                 return await asyncio.wait_for(events.get(), POLL_S)
             except TimeoutError:
                 if await request.is_disconnected():
-                    job.cancel()
+                    self.worker.cancel(job)
                     raise ClientGone() from None
 
     async def _sse(
@@ -374,7 +374,7 @@ class EngineApp:
             status = "499"  # cancelled: the client went away mid-stream
             raise
         finally:
-            job.cancel()  # no-op when finished; otherwise the engine stops at its next pass
+            self.worker.cancel(job)  # no-op when finished; else the engine stops at its next pass
             self.metrics.requests.labels(endpoint=endpoint, status=status).inc()
             self.metrics.latency.labels(endpoint=endpoint).observe(time.monotonic() - t0)
 

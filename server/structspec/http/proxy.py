@@ -231,12 +231,9 @@ class ProxyApp:
                 lines = data.split(b"\n")
                 tail = lines.pop()
                 for line in lines:
-                    if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
-                        continue
-                    if b'"usage"' in line:
-                        usage_tokens = _usage_tokens(line) or usage_tokens
-                    if b'"content"' in line or b'"text"' in line:
-                        events += 1
+                    n, usage = _event_tokens(line)
+                    events += n
+                    usage_tokens = usage if usage is not None else usage_tokens
         except httpx.HTTPError:
             status = "502"
             self.metrics.backend_errors.labels(kind="read").inc()
@@ -250,12 +247,25 @@ class ProxyApp:
             self.metrics.latency.labels(endpoint=endpoint).observe(time.monotonic() - t0)
 
 
-def _usage_tokens(line: bytes) -> int | None:
-    with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
-        usage = json.loads(line[5:])["usage"]
-        if usage:
-            return int(usage["completion_tokens"])
-    return None
+def _event_tokens(line: bytes) -> tuple[int, int | None]:
+    """(content events, usage completion tokens or None) of one SSE line."""
+    if not line.startswith(b"data:") or line[5:].strip() in (b"", b"[DONE]"):
+        return 0, None
+    try:
+        event = json.loads(line[5:])
+    except ValueError:
+        return 0, None
+    if not isinstance(event, dict):
+        return 0, None
+    n = 0
+    for choice in event.get("choices") or []:
+        if isinstance(choice, dict):
+            delta = choice.get("delta")
+            text = choice.get("text") or (delta.get("content") if isinstance(delta, dict) else None)
+            n += bool(text)
+    usage = event.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return n, tokens if isinstance(tokens, int) else None
 
 
 def create_proxy_app(

@@ -95,6 +95,19 @@ class EngineWorker:
             self.metrics.queue_depth.set(self._waiting)
             self._cond.notify()
 
+    def cancel(self, job: Job) -> None:
+        """Cancel ``job``: a waiting one leaves the queue now (its place is free), a
+        running one stops at the engine's next verification pass."""
+        job.cancel()
+        with self._cond:
+            jobs = self._queues.get(job.key)
+            if jobs is not None and job in jobs:
+                jobs.remove(job)
+                if not jobs:
+                    del self._queues[job.key]
+                self._waiting -= 1
+                self.metrics.queue_depth.set(self._waiting)
+
     def _next(self) -> Job | None:
         """Round-robin over client keys (called with the lock held)."""
         while self._queues:
@@ -126,8 +139,8 @@ class EngineWorker:
             self.metrics.active.inc()
             try:
                 job.work(self.engine, job)
-            except Exception as exc:  # noqa: BLE001 - the work reports its own errors; keep serving
-                print(f"structspec: engine job failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            except Exception as exc:  # noqa: BLE001 - work reports its own errors; go on
+                print(f"structspec: engine job failed: {exc!r}", file=sys.stderr)
             finally:
                 self.metrics.active.dec()
                 took = time.monotonic() - job.started
