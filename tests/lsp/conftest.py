@@ -17,6 +17,8 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 ROOT = Path(__file__).resolve().parents[2]
+# pytest runs with --import-mode=importlib: make lsp_helpers importable for the tests here.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 SERVER_DIR = ROOT / "server"
 
 

@@ -61,8 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=level, handlers=handlers, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    # pygls logs every message body at INFO; keep the log about structspec.
-    logging.getLogger("pygls").setLevel(logging.WARNING)
+    # pygls logs every message body at INFO and warns about routine races (a
+    # cancel for a request already answered); keep the log about structspec.
+    logging.getLogger("pygls").setLevel(logging.ERROR)
 
     from structspec.config import load_settings
     from structspec.lsp.server import build_server
