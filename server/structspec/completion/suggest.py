@@ -19,8 +19,9 @@ from dataclasses import dataclass
 LINE = "line"
 BLOCK = "block"
 
-#: Line endings that open a block in common languages.
-_OPENERS = (":", "{", "(", "[", "=>", " do", " then", " begin", "->")
+#: Line endings that open an indented block in common languages. An open
+#: parenthesis or bracket is not one: the arguments usually follow on the line.
+_OPENERS = (":", "{", "=>", " do", " then", " begin")
 _WORD_TAIL = re.compile(r"[\w$]*\Z")
 
 
@@ -115,15 +116,17 @@ def cut_block(text: str, ctx: CursorContext) -> tuple[str, bool]:
     """
     lines = (ctx.line_prefix + text).split("\n")
     first = 1 if ctx.opener_line else 0
+    # After an opener on the cursor's line, the block must be indented deeper than it.
+    floor = indent_width(ctx.line_prefix) + 1 if ctx.opener_line else 0
     block_indent: int | None = None
     for i in range(first, len(lines)):
         line = lines[i]
         if not line.strip():
             continue
         width = indent_width(line)
-        if block_indent is None:
+        if block_indent is None and width >= floor:
             block_indent = width
-        elif width < block_indent:
+        elif block_indent is None or width < block_indent:
             kept = "\n".join(lines[:i])
             return kept[len(ctx.line_prefix) :], True
     return text, False
