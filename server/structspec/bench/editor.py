@@ -1,0 +1,412 @@
+"""Editor replay benchmark: type through source files against the real language server.
+
+A user is simulated over stdio against a ``structspec-lsp`` subprocess (the
+same program an editor starts): at several cursor points of each file the line
+there is cleared back to its indentation and typed again one character at a
+time; every keystroke is a ``didChange`` followed by a
+``textDocument/inlineCompletion`` request, and the time from sending the
+keystroke to receiving the answer is the keystroke-to-suggestion latency.
+Requests are sequential (the next key is typed once the answer is in), so each
+latency is the server's alone. The first request of a run (a cold prefill of
+the whole prompt) is reported separately.
+
+The same replay runs against three server configurations, side by side:
+
+- ``structspec``: speculative decoding with prefix reuse (the defaults);
+- ``greedy``: prefix reuse, no speculation;
+- ``no prefix reuse``: speculative, but the whole prompt evaluated on every
+  request. Re-prefilling is slow, so this one replays only the first
+  ``reuse_off_keystrokes`` keystrokes; the speed-up of reuse is the ratio of
+  median latencies over those same keystrokes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Out = Callable[[str], None]
+
+#: Settings sent as ``initializationOptions`` in every configuration.
+BASE_OPTIONS: dict[str, Any] = {"debounceMs": 0, "maxTokens": 48, "maxLatencyMs": 1500}
+
+CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("structspec", {}),
+    ("greedy", {"speculative": False}),
+    ("no prefix reuse", {"prefixReuse": False}),
+)
+
+
+def default_files() -> list[str]:
+    """A real source file of this package, about 2,000 tokens (the issue's workload)."""
+    return [str(Path(__file__).resolve().parents[1] / "engine" / "stats.py")]
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+@dataclass(frozen=True)
+class Point:
+    """One cursor point: ``line`` of ``uri`` is cleared to ``indent`` and ``typed`` is typed."""
+
+    uri: str
+    text: str  # the document with the line cleared
+    line: int
+    indent: str
+    typed: str
+
+
+def plan_points(files: Sequence[str], points_per_file: int, max_chars: int) -> list[Point]:
+    """Cursor points spread evenly over each file (lines with at least 8 characters of code)."""
+    points: list[Point] = []
+    for name in files:
+        path = Path(name)
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read {name}: {exc}") from None
+        lines = source.splitlines(keepends=True)
+        candidates = [
+            i for i, ln in enumerate(lines)
+            if len(ln.strip()) >= 8 and i >= max(3, len(lines) // 10)
+        ]
+        if not candidates:
+            continue
+        step = max(1, len(candidates) // max(1, points_per_file))
+        chosen = candidates[::step][:points_per_file]
+        uri = path.resolve().as_uri()
+        for i in chosen:
+            body = lines[i].rstrip("\r\n")
+            indent = body[: len(body) - len(body.lstrip())]
+            ending = lines[i][len(body) :] or "\n"
+            text = "".join(lines[:i]) + indent + ending + "".join(lines[i + 1 :])
+            points.append(Point(uri, text, i, indent, body[len(indent) :][:max_chars]))
+    return points
+
+
+class StdioClient:
+    """A minimal LSP client over a subprocess' stdio (JSON-RPC with Content-Length framing)."""
+
+    def __init__(self) -> None:
+        self.proc: asyncio.subprocess.Process | None = None
+        self._ids = 0
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self.statuses: list[dict[str, Any]] = []
+        self.messages: list[str] = []
+
+    async def start(self, cmd: Sequence[str], env: dict[str, str], stderr: Any) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            limit=1 << 24,
+        )
+        self._reader = asyncio.create_task(self._read())
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        body = json.dumps(message).encode()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        stream = self.proc.stdout
+        try:
+            while True:
+                length = 0
+                while True:
+                    header = await stream.readline()
+                    if not header:
+                        raise EOFError
+                    if not header.strip():
+                        break
+                    if header.lower().startswith(b"content-length:"):
+                        length = int(header.split(b":", 1)[1])
+                message = json.loads(await stream.readexactly(length))
+                self._dispatch(message)
+        except (EOFError, asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(RuntimeError("the language server exited"))
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if "id" in message and ("result" in message or "error" in message):
+            fut = self._pending.pop(message["id"], None)
+            if fut is not None and not fut.done():
+                if "error" in message:
+                    fut.set_exception(RuntimeError(str(message["error"])))
+                else:
+                    fut.set_result(message.get("result"))
+        elif "id" in message:  # a request from the server: configuration and the like
+            result: Any = [None] * len(message.get("params", {}).get("items", [])) or None
+            self._send({"jsonrpc": "2.0", "id": message["id"], "result": result})
+        elif message.get("method") == "structspec/status":
+            self.statuses.append(message.get("params") or {})
+        elif message.get("method") in ("window/showMessage", "window/logMessage"):
+            self.messages.append(str((message.get("params") or {}).get("message", "")))
+
+    async def request(self, method: str, params: Any) -> Any:
+        self._ids += 1
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[self._ids] = fut
+        self._send({"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params})
+        return await fut
+
+    def notify(self, method: str, params: Any) -> None:
+        self._send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def close(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.request("shutdown", None), 30)
+            self.notify("exit", None)
+        try:
+            await asyncio.wait_for(self.proc.wait(), 30)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        if self._reader is not None:
+            self._reader.cancel()
+
+
+@dataclass
+class ConfigResult:
+    """Measurements of one configuration."""
+
+    name: str
+    first_ms: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)  # after the first request
+    suggestions: int = 0
+    status: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        lat = self.latencies_ms
+        stats = self.status.get("stats", {}) if isinstance(self.status, dict) else {}
+        return {
+            "keystrokes": len(lat) + 1,
+            "first_ms": round(self.first_ms, 1),
+            "p50_ms": round(_percentile(lat, 50), 1),
+            "p95_ms": round(_percentile(lat, 95), 1),
+            "mean_ms": round(statistics.fmean(lat), 1) if lat else 0.0,
+            "tokens_per_second": stats.get("tokensPerSecond", 0.0),
+            "served_from_cache": stats.get("servedFromCache", 0),
+            "model_suggestions": stats.get("shown", 0),
+            "suggestions": self.suggestions,
+            "model": self.status.get("model", "") if isinstance(self.status, dict) else "",
+        }
+
+
+def _percentile(values: Sequence[float], pct: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * pct / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def _server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    server_dir = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (server_dir, env.get("PYTHONPATH")) if p)
+    return env
+
+
+async def _replay(
+    name: str,
+    options: dict[str, Any],
+    points: Sequence[Point],
+    model: str,
+    threads: int,
+    max_keystrokes: int | None,
+    timeout_s: float,
+) -> ConfigResult:
+    result = ConfigResult(name)
+    client = StdioClient()
+    cmd = [sys.executable, "-m", "structspec.lsp", "--stdio", "--threads", str(threads)]
+    if model:
+        cmd += ["--model", model]
+    with tempfile.TemporaryFile() as stderr:
+        await client.start(cmd, _server_env(), stderr)
+        try:
+            await client.request(
+                "initialize",
+                {
+                    "processId": os.getpid(),
+                    "rootUri": None,
+                    "capabilities": {"textDocument": {"inlineCompletion": {}}},
+                    "initializationOptions": {**BASE_OPTIONS, **options},
+                },
+            )
+            client.notify("initialized", {})
+            await _type_through(client, result, points, max_keystrokes, timeout_s)
+            result.status = await client.request(
+                "workspace/executeCommand", {"command": "structspec.status", "arguments": []}
+            )
+        except Exception as exc:
+            stderr.seek(0)
+            tail = stderr.read().decode("utf-8", "replace")[-2000:]
+            raise RuntimeError(f"{name}: {exc}\n{tail}\n{client.messages[-5:]}") from exc
+        finally:
+            await client.close()
+    return result
+
+
+async def _type_through(
+    client: StdioClient,
+    result: ConfigResult,
+    points: Sequence[Point],
+    max_keystrokes: int | None,
+    timeout_s: float,
+) -> None:
+    opened: dict[str, int] = {}
+    count = 0
+    for point in points:
+        version = opened.get(point.uri, 0) + 1
+        if point.uri not in opened:
+            client.notify(
+                "textDocument/didOpen",
+                {
+                    "textDocument": {
+                        "uri": point.uri, "languageId": "python" if point.uri.endswith(".py")
+                        else Path(point.uri).suffix.lstrip("."),
+                        "version": version, "text": point.text,
+                    }
+                },
+            )
+        else:
+            client.notify(
+                "textDocument/didChange",
+                {
+                    "textDocument": {"uri": point.uri, "version": version},
+                    "contentChanges": [{"text": point.text}],
+                },
+            )
+        opened[point.uri] = version
+        column = _utf16_len(point.indent)
+        for ch in point.typed:
+            if max_keystrokes is not None and count >= max_keystrokes:
+                return
+            version += 1
+            opened[point.uri] = version
+            pos = {"line": point.line, "character": column}
+            t0 = time.perf_counter()
+            client.notify(
+                "textDocument/didChange",
+                {
+                    "textDocument": {"uri": point.uri, "version": version},
+                    "contentChanges": [{"range": {"start": pos, "end": pos}, "text": ch}],
+                },
+            )
+            column += _utf16_len(ch)
+            answer = await asyncio.wait_for(
+                client.request(
+                    "textDocument/inlineCompletion",
+                    {
+                        "textDocument": {"uri": point.uri},
+                        "position": {"line": point.line, "character": column},
+                        "context": {"triggerKind": 2},
+                    },
+                ),
+                timeout_s,
+            )
+            ms = (time.perf_counter() - t0) * 1000.0
+            if count == 0:
+                result.first_ms = ms
+            else:
+                result.latencies_ms.append(ms)
+            if answer and answer.get("items"):
+                result.suggestions += 1
+            count += 1
+
+
+def run_editor_benchmark(
+    files: list[str],
+    model: str,
+    threads: int,
+    out: Out = print,
+    *,
+    points_per_file: int = 6,
+    max_chars: int = 24,
+    reuse_off_keystrokes: int = 20,
+    timeout_s: float = 300.0,
+) -> dict[str, Any]:
+    """Replay typing through ``files`` in every configuration; print a table; return the numbers.
+
+    ``model`` is a model spec (a GGUF path, ``""`` for the default model,
+    ``standin`` for a smoke run).
+    """
+    files = list(files) or default_files()
+    points = plan_points(files, points_per_file, max_chars)
+    if not points:
+        raise ValueError("no lines to type in the given files")
+    total = sum(len(p.typed) for p in points)
+    out(
+        f"editor replay: {len(files)} file(s), {len(points)} cursor points, {total} keystrokes "
+        f"(no-prefix-reuse: first {min(total, reuse_off_keystrokes)}); {threads} thread(s)"
+    )
+    results: dict[str, ConfigResult] = {}
+    for name, options in CONFIGS:
+        limit = reuse_off_keystrokes if options.get("prefixReuse") is False else None
+        t0 = time.perf_counter()
+        results[name] = asyncio.run(
+            _replay(name, options, points, model, threads, limit, timeout_s)
+        )
+        out(f"  {name}: done in {time.perf_counter() - t0:.1f} s")
+    summaries = {name: r.summary() for name, r in results.items()}
+    # Reuse speed-up over the same keystrokes.
+    n_off = len(results["no prefix reuse"].latencies_ms)
+    on = results["structspec"].latencies_ms[:n_off]
+    off = results["no prefix reuse"].latencies_ms
+    speedup = (_percentile(off, 50) / _percentile(on, 50)) if on and off else 0.0
+    model_name = next((s["model"] for s in summaries.values() if s["model"]), model or "default")
+    out(f"model: {model_name}")
+    header = (
+        f"{'configuration':<18} {'keys':>5} {'first ms':>9} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'mean ms':>8} {'tok/s':>7} {'cached':>7} {'model':>6}"
+    )
+    out(header)
+    for name, s in summaries.items():
+        out(
+            f"{name:<18} {s['keystrokes']:>5} {s['first_ms']:>9.0f} {s['p50_ms']:>8.1f} "
+            f"{s['p95_ms']:>8.1f} {s['mean_ms']:>8.1f} {s['tokens_per_second']:>7.1f} "
+            f"{s['served_from_cache']:>7} {s['model_suggestions']:>6}"
+        )
+    out(
+        f"prefix reuse: p50 {_percentile(on, 50):.1f} ms vs {_percentile(off, 50):.1f} ms "
+        f"re-prefilling over the same {len(off)} keystrokes = {speedup:.1f}x faster"
+    )
+    g, s_ = summaries["greedy"], summaries["structspec"]
+    if g["tokens_per_second"]:
+        ratio = s_["tokens_per_second"] / g["tokens_per_second"]
+        out(
+            f"speculation: {s_['tokens_per_second']:.1f} tok/s vs greedy "
+            f"{g['tokens_per_second']:.1f} tok/s = {ratio:.2f}x"
+        )
+    return {
+        "suite": "editor",
+        "files": files,
+        "model": model_name,
+        "threads": threads,
+        "points": len(points),
+        "keystrokes": total,
+        "configs": summaries,
+        "prefix_reuse_speedup": round(speedup, 2),
+    }
