@@ -69,23 +69,13 @@ def _calls(names: Sequence[str], prefix: str, cont: str, tier: str) -> list[Synt
     return [SyntaxRule(f"call:{n}", f"{prefix}{n}", cont, "line", tier) for n in names]
 
 
-#: Names that are almost always called right away when written after a separator.
+#: Builtins nearly always called right away where code (not prose) names them.
 _BUILTIN_CALLS = (
-    "len", "range", "enumerate", "zip", "sorted", "reversed", "isinstance", "sum", "min",
-    "max", "abs", "print", "map", "filter", "any", "all", "ord", "chr", "round", "hasattr",
-    "getattr", "setattr", "divmod", "issubclass", "super",
+    "len", "range", "enumerate", "zip", "sorted", "isinstance", "sum", "min", "abs",
+    "hasattr", "getattr", "setattr", "divmod", "issubclass", "round", "callable", "iter",
 )  # fmt: skip
-#: Methods followed by an argument list with arguments.
-_METHOD_ARGS = (
-    "append", "extend", "insert", "join", "split", "startswith", "endswith", "format",
-    "get", "pop", "add", "update", "replace", "count", "index", "find", "remove",
-    "setdefault", "rstrip", "lstrip",
-)  # fmt: skip
-#: Methods nearly always called without arguments.
-_METHOD_EMPTY = (
-    "items", "keys", "values", "copy", "lower", "upper", "isdigit", "isalpha", "isalnum",
-    "isspace", "isupper", "islower", "title", "capitalize", "swapcase",
-)  # fmt: skip
+#: Methods followed by an argument list that starts with a name (not a string or a bracket).
+_METHOD_ARGS = ("append", "extend", "insert", "join", "remove", "update", "format")
 #: Block openers whose body starts on the next line, one level deeper.
 _OPENERS = [
     ("def", f"{WS}(async )?def {ID}\\(.*\\)( -> .+)?:"),
@@ -97,7 +87,8 @@ _OPENERS = [
     ("else", f"{WS}(else|try|finally):"),
     ("except", f"{WS}except( {BODY})?:"),
 ]
-_SEP = "(.*[^A-Za-z0-9_.])?"  # start of line or a non-identifier character
+#: Where a builtin's name is code: after an operator or bracket, or a statement keyword.
+_CODE = f"(.*[=\\(\\[\\{{] ?|{WS}((return|if|elif|while|assert|yield)( not)? )?)"
 
 RULES: tuple[SyntaxRule, ...] = (
     # -- fixed phrases ----------------------------------------------------------
@@ -106,12 +97,8 @@ RULES: tuple[SyntaxRule, ...] = (
     SyntaxRule("future", f"{WS}from __future__", " import annotations"),
     SyntaxRule("future-import", f"{WS}from __future__ import", " annotations"),
     SyntaxRule("init-self", f"{WS}def __init__\\(", "self"),
-    SyntaxRule("init-paren", f"{WS}def __init__", "(self"),
     SyntaxRule("new-cls", f"{WS}def __new__\\(", "cls"),
     SyntaxRule("repr-self", f"{WS}def __(repr|str|len|iter|hash|bool|enter)__\\(", "self):"),
-    SyntaxRule("eq-self", f"{WS}def __(eq|ne|lt|le|gt|ge)__\\(", "self, other"),
-    SyntaxRule("super-init", f"{_SEP}super\\(\\)\\.__init__", "("),
-    SyntaxRule("super-dot", f"{_SEP}super\\(\\)", "."),
     SyntaxRule("coding", f"{WS}# -\\*- coding", ": utf-8 -*-"),
     SyntaxRule("numpy", f"{WS}import numpy", " as np", tier="strong"),
     SyntaxRule("pandas", f"{WS}import pandas", " as pd", tier="strong"),
@@ -120,11 +107,9 @@ RULES: tuple[SyntaxRule, ...] = (
     SyntaxRule("from-import", f"{WS}from {DOTTED}", " import", tier="frequent"),
     # -- loops --------------------------------------------------------------------
     SyntaxRule("for-range-len", f"{FOR}range\\(len", "("),
-    SyntaxRule("for-range-len-arg", f"{FOR}range\\(len\\({ID}", ")):" + NEWBLOCK, tier="strong"),
-    SyntaxRule("for-range-arg", f"{FOR}range\\({ID}", "):" + NEWBLOCK, tier="frequent"),
     SyntaxRule("for-iter-call", f"{FOR}(range|enumerate|zip|sorted|reversed)", "("),
-    SyntaxRule("for-enumerate-arg", f"{FOR}enumerate\\({ID}", "):" + NEWBLOCK, tier="strong"),
-    SyntaxRule("for-in", f"{WS}(async )?for {TARGETS}", " in", tier="strong"),
+    SyntaxRule("for-in-pair", f"{WS}(async )?for {ID}, ?{ID}", " in", tier="frequent"),
+    SyntaxRule("for-in", f"{WS}(async )?for {ID}", " in", tier="frequent"),
     SyntaxRule("while-true", f"{WS}while True", ":" + NEWBLOCK),
     # -- blocks -------------------------------------------------------------------
     SyntaxRule("else", f"{WS}(else|try|finally)", ":" + NEWBLOCK),
@@ -137,22 +122,21 @@ RULES: tuple[SyntaxRule, ...] = (
         "decorator", f"{WS}@(staticmethod|classmethod|property|abstractmethod)", "\n{indent}def"
     ),
     # -- statements that end their line ------------------------------------------------
-    SyntaxRule("return-const", f"{WS}return (True|False|None)", "\n", tier="strong"),
-    SyntaxRule("jump", f"{WS}(pass|break|continue)", "\n", tier="strong"),
+    SyntaxRule("jump", f"{WS}(pass|break|continue)", "\n", tier="frequent"),
     SyntaxRule(
         "init-empty",
         f"{WS}{ID} = (\\[\\]|\\{{\\}}|0|None|True|False|set\\(\\))",
         "\n",
         tier="frequent",
     ),
-    SyntaxRule("raise-call", f"{WS}raise (ValueError|TypeError|KeyError|IndexError)", "("),
+    SyntaxRule(
+        "raise-call", f"{WS}raise (ValueError|TypeError|KeyError|IndexError)", "(", tier="frequent"
+    ),
     # -- expressions ------------------------------------------------------------------
-    SyntaxRule("is-not", ".* is not", " None", tier="frequent"),
     SyntaxRule("lambda", f".*lambda {ID}(, {ID})*", ":", tier="strong"),
     SyntaxRule("class-name", ".*\\.__class__", ".__name__", tier="strong"),
-    *_calls(_BUILTIN_CALLS, _SEP, "(", "strong"),
+    *_calls(_BUILTIN_CALLS, _CODE, "(", "strong"),
     *_calls(_METHOD_ARGS, ".*\\.", "(", "strong"),
-    *_calls(_METHOD_EMPTY, ".*\\.", "()", "strong"),
     # -- the indentation of a new line -------------------------------------------------
     *[SyntaxRule(f"indent:{n}", p, "{indent}{step}", "newline") for n, p in _OPENERS],
     SyntaxRule("dedent", f"{WS}(return|raise|pass|break|continue)( .*)?", None, "newline"),

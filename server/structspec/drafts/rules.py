@@ -54,7 +54,7 @@ VERSION = 1
 TIERS = ("deterministic", "strong", "frequent")
 #: Minimum smoothed first-token share of each tier.
 TIER_THRESHOLDS = {"deterministic": 0.95, "strong": 0.8, "frequent": 0.5}
-#: A continuation is extended while the smoothed share of the whole chain stays above this.
+#: A continuation is extended while the raw share of the whole chain stays above this.
 CHAIN_THRESHOLDS = {"deterministic": 0.85, "strong": 0.65, "frequent": 0.45}
 #: Longest draft a rule of each tier may propose.
 DEFAULT_CAPS = {"deterministic": 12, "strong": 8, "frequent": 4}
@@ -386,10 +386,10 @@ def mine_rules(
         raise ValueError("need 1 <= min_context <= max_context")
     stats = _context_stats(list(streams), opts)
     table = RuleSet({}, opts.min_context, opts.max_context, dict(tokenizer or {}), tuple(languages))
-    firsts: dict[tuple[int, ...], tuple[int, float]] = {}  # context -> (first token, p)
+    share_of: dict[tuple[int, ...], float] = {}  # context -> raw share of its first token
     for n in range(opts.min_context, opts.max_context + 1):
         for ctx, (nxt, best, total) in stats.get(n, {}).items():
-            p = best / (total + 1)
+            p = round(best / (total + 1), 4)  # as stored in a file
             tier = tier_of(p)
             backoff = table.lookup(ctx[1:]) if n > opts.min_context else None
             if tier is None:
@@ -404,22 +404,23 @@ def mine_rules(
             ):
                 continue  # the suffix already says this
             table.rules[ctx] = Rule(ctx, (nxt,), tier, total, p)
-            firsts[ctx] = (nxt, p)
+            share_of[ctx] = best / total
     # Chain continuations: after the first token, follow the rules themselves
-    # while the product of the first-token shares stays above the tier's bar.
+    # while the product of the first-token shares stays above the tier's bar
+    # (raw shares: the smoothing that sets a tier would compound along a chain).
     chained: dict[tuple[int, ...], Rule] = {}
     for ctx, rule in table.rules.items():
         if rule.veto:
             chained[ctx] = rule
             continue
         seq = [*ctx, rule.continuation[0]]
-        share = rule.p
+        share = share_of[ctx]
         bar = CHAIN_THRESHOLDS[rule.tier]
         while len(seq) - len(ctx) < opts.max_continuation:
             nxt_rule = table.lookup(seq)
             if nxt_rule is None or nxt_rule.veto:
                 break
-            share *= nxt_rule.p
+            share *= share_of[nxt_rule.context]
             if share < bar:
                 break
             seq.append(nxt_rule.continuation[0])
