@@ -139,7 +139,8 @@ class ASTShadowSource:
             chunks.append(b)
             size += len(b)
         data = b"".join(reversed(chunks))
-        if i > 0:
+        cut = i > 0
+        if cut:
             # Cut at a line start, preferably an unindented one, so the parse starts clean.
             cut = -1
             for j in range(len(data) - 1):
@@ -169,7 +170,7 @@ class ASTShadowSource:
                 self._trees[lang.name] = None
         self._tree = self._trees[lang.name]
         if self._tree is not None:
-            self._tree.reset(data)
+            self._tree.reset(data, cut=cut)
 
     def _sync(self, ctx: DraftContext) -> None:
         toks = ctx.tokens
@@ -281,6 +282,8 @@ class ASTShadowSource:
                 base += unit
             return (base, "indent") if base else None
         last = body[-1]
+        if body.endswith(("++", "--")) and lang.block_style == "brace":
+            last = "_"  # i++ ends an operand
         above = lex.stack[lex.line_depth :]
         on_line = all(e.line == lex.line_no for e in above)
         closers = "".join(e.closer for e in reversed(above))

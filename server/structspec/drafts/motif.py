@@ -7,7 +7,10 @@ numbered by first appearance: ``current = current.next`` is ``[I0 = I0.I1]``,
 ``[I0[I1], I0[I2] = I0[I2], I0[I1]]``.
 
 The cache collects motifs from every completed line of the context (buffer and
-output so far) and of the corpus (other open buffers). When the line being
+output so far) and of the corpus (other open buffers), each line alone and
+together with the non-blank line before it: a two-line motif carries names
+bound on the first line into the second (``def get_x(self):`` /
+``return self._x`` drafts ``y`` after ``def get_y(self):`` / ``return self._``). When the line being
 written matches a motif's abstract prefix, the rest of the motif is replayed
 with the *current* bindings: after ``self.age = `` the motif ``[self.I0 = I0]``
 drafts ``age``; after ``nums[lo], nums[hi] = `` it drafts
@@ -20,8 +23,10 @@ Everything works on token ids: a token is an identifier when its text is one
 replayed tokens are the ones the tokenizer itself produces); classifications
 are cached per token id, so a query is a few dictionary hits.
 
-The tier is the matched prefix length bucket (``p1``, ``p2``, ``p3``, ``p5``),
-plus ``+free`` when the draft invents a binding.
+The tier is the matched prefix length bucket of the line (``p1``, ``p2``,
+``p3``, ``p5``), prefixed with ``l2:`` for a two-line motif, plus ``+free``
+when the draft invents a binding. A match whose names are the same as the
+motif's is left to the lookup source (it is a plain repeat).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import re
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from structspec.drafts.base import Draft, DraftContext
 from structspec.model.base import Model
@@ -65,6 +71,20 @@ def _keywords(language: str | None) -> frozenset[str]:
     return _FALLBACK_KEYWORDS | lang.keywords | {w.upper() for w in lang.keywords}
 
 
+#: An indexed line: (sequence, line start, line end, previous line start, previous line end).
+_Entry = tuple[Sequence[int], int, int, int, int]
+
+
+@dataclass
+class _Cursor:
+    """Scan position in a token sequence: next token to scan, current and previous line."""
+
+    pos: int = 0
+    start: int = 0  # first body token of the current line
+    prev_start: int = 0  # body of the last non-blank line (empty when there is none)
+    prev_end: int = 0
+
+
 def _placeholder(k: int, space: bool) -> int:
     """Symbol of placeholder ``k`` (negative; literals are their token ids)."""
     return -(2 + 2 * k + int(space))
@@ -93,13 +113,13 @@ class MotifSource:
         self._names: dict[int, tuple[str, bool]] = {}
         self._set_language(None)
         self._variants: dict[tuple[str, bool], int | None] = {}
-        # abstract prefix -> (motif sequence, start, end of the line body + newline)
-        self._index: dict[tuple[int, ...], tuple[Sequence[int], int, int]] = {}
-        self._seen_lines: set[tuple[int, ...]] = set()
+        # abstract prefix of a line -> where the line is; _index2: of the line before + the line
+        self._index: dict[tuple[int, ...], _Entry] = {}
+        self._index2: dict[tuple[int, ...], _Entry] = {}
+        self._seen: set[tuple[int, ...]] = set()
         self._key: tuple[int, int] | None = None
-        self._pos = 0  # tokens of the context scanned
-        self._line_start = 0  # first body token of the current line
-        self._corpus: dict[int, tuple[Sequence[int], int, int]] = {}  # id -> (seq, pos, start)
+        self._cur = _Cursor()
+        self._corpus: dict[int, tuple[Sequence[int], _Cursor]] = {}
         self.calls = 0
         self.seconds = 0.0
 
@@ -161,59 +181,72 @@ class MotifSource:
         return tuple(out), names
 
     # -- collecting ----------------------------------------------------------
-    def _add_line(self, seq: Sequence[int], start: int, end: int) -> None:
-        """Index the line ``seq[start:end]`` (body tokens, ending with a newline token)."""
-        if end - start < 2:
+    def _add_line(self, seq: Sequence[int], cur: _Cursor, end: int) -> None:
+        """Index the line ``seq[cur.start:end]`` (ending with a newline token) alone and
+        together with the non-blank line before it."""
+        start = cur.start
+        if end - start < 2 or end - start > self.max_line:
             return
-        body = tuple(seq[start : min(end, start + self.max_line)])
-        if body in self._seen_lines:
-            return
-        if len(self._index) > MAX_ENTRIES:
+        body = tuple(seq[start:end])
+        prev = tuple(seq[cur.prev_start : cur.prev_end]) if cur.prev_end > cur.prev_start else ()
+        if len(self._index) + len(self._index2) > MAX_ENTRIES:
             self._index.clear()
-            self._seen_lines.clear()
-        self._seen_lines.add(body)
+            self._index2.clear()
+            self._seen.clear()
+        key = prev + body
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        entry = (seq, start, end, cur.prev_start, cur.prev_end)
         symbols, _ = self.abstract(body)
-        entry = (seq, start, end)
         index = self._index
         for j in range(self.min_prefix, len(symbols)):
             index[symbols[:j]] = entry
+        if prev:
+            symbols, _ = self.abstract(prev + body)
+            index = self._index2
+            for j in range(len(prev) + 1, len(symbols)):
+                index[symbols[:j]] = entry
 
-    def _scan(self, seq: Sequence[int], pos: int, start: int, stop: int) -> tuple[int, int]:
-        """Index lines completed in ``seq[pos:stop]``; returns (pos, current line start)."""
+    def _scan(self, seq: Sequence[int], cur: _Cursor, stop: int) -> None:
+        """Index the lines completed in ``seq[cur.pos:stop]``, advancing ``cur``."""
         cls = self._cls
-        for i in range(pos, stop):
+        for i in range(cur.pos, stop):
             c = cls(seq[i])
             if c == _NEWLINE:
-                self._add_line(seq, start, i + 1)
-                start = i + 1
-            elif c == _SPACE and start == i:
-                start = i + 1  # indentation before the body
-        return stop, start
+                if i > cur.start:  # not a blank line
+                    self._add_line(seq, cur, i + 1)
+                    cur.prev_start, cur.prev_end = cur.start, i + 1
+                cur.start = i + 1
+            elif c == _SPACE and cur.start == i:
+                cur.start = i + 1  # indentation before the body
+        cur.pos = max(cur.pos, stop)
 
     def _sync(self, ctx: DraftContext) -> None:
         toks = ctx.tokens
-        if self._key != (ctx.generation, id(toks)) or len(toks) < self._pos:
+        if self._key != (ctx.generation, id(toks)) or len(toks) < self._cur.pos:
             self._key = (ctx.generation, id(toks))
             if ctx.language != self._language:
                 # Symbols of different keyword lists do not compare: start over.
                 self._set_language(ctx.language)
                 self._index.clear()
-                self._seen_lines.clear()
+                self._index2.clear()
+                self._seen.clear()
                 self._corpus.clear()
-            self._pos, self._line_start = 0, 0
+            self._cur = _Cursor()
             for seq in ctx.corpus:
                 self._scan_corpus(seq)
         # The pending token (last) may still change the line; scan up to it.
-        self._pos, self._line_start = self._scan(toks, self._pos, self._line_start, len(toks) - 1)
+        self._scan(toks, self._cur, len(toks) - 1)
 
     def _scan_corpus(self, seq: Sequence[int]) -> None:
         if len(self._corpus) > 64:
             self._corpus.clear()
         entry = self._corpus.get(id(seq))
-        if entry is None or entry[0] is not seq or len(seq) < entry[1]:
-            entry = (seq, 0, 0)
-        pos, start = self._scan(seq, entry[1], entry[2], len(seq))
-        self._corpus[id(seq)] = (seq, pos, start)
+        if entry is None or entry[0] is not seq or len(seq) < entry[1].pos:
+            entry = (seq, _Cursor())
+            self._corpus[id(seq)] = entry
+        self._scan(seq, entry[1], len(seq))
 
     # -- proposing -----------------------------------------------------------
     def propose(self, ctx: DraftContext) -> Draft | None:
@@ -229,28 +262,56 @@ class MotifSource:
         if len(toks) < 2 or ctx.max_tokens <= 0:
             return None
         self._sync(ctx)
-        start = self._line_start
-        cls = self._cls
-        last = toks[-1]
-        c_last = cls(last)
+        cur = self._cur
+        start = cur.start
+        c_last = self._cls(toks[-1])
         if c_last == _NEWLINE or (c_last == _SPACE and start == len(toks) - 1):
             return None  # at a line start: nothing to match yet
         if len(toks) - start > self.max_line:
             return None
         current = toks[start:]
+        # Two-line motifs first: names bound on the line before carry over.
+        if cur.prev_end > cur.prev_start:
+            prev = toks[cur.prev_start : cur.prev_end]
+            symbols, names = self.abstract(prev + current)
+            hit = self._index2.get(symbols)
+            if hit is not None:
+                draft = self._replay(ctx, hit, symbols, names, prev + current, True)
+                if draft is not None:
+                    return draft
         symbols, names = self.abstract(current)
         hit = self._index.get(symbols)
         if hit is None:
             return None
-        seq, m_start, m_end = hit
-        motif = seq[m_start:m_end]
-        m_symbols, _ = self.abstract(motif)
+        return self._replay(ctx, hit, symbols, names, current, False)
+
+    def _replay(
+        self,
+        ctx: DraftContext,
+        hit: _Entry,
+        symbols: tuple[int, ...],
+        names: list[str],
+        current: Sequence[int],
+        two_lines: bool,
+    ) -> Draft | None:
+        seq, m_start, m_end, p_start, p_end = hit
+        motif = list(seq[m_start:m_end])
+        if two_lines:
+            motif = [*seq[p_start:p_end], *motif]
         j = len(symbols)
+        body_j = j - (p_end - p_start) if two_lines else j  # matched tokens of the line itself
+        if body_j >= 2 and all(motif[i] == current[i] for i in range(j)):
+            # Same names too: a plain repeat, which the lookup source drafts already.
+            return None
+        m_symbols, _ = self.abstract(motif)
+        cls = self._cls
         out: list[int] = []
         free = False
         limit = ctx.max_tokens
+        complete = True
         for i in range(j, len(m_symbols)):
             if len(out) >= limit:
+                complete = False
                 break
             sym = m_symbols[i]
             if sym >= 0:
@@ -260,18 +321,20 @@ class MotifSource:
             if k < len(names):
                 tok = self._variant(names[k], bool(space))
                 if tok is None:
+                    complete = False
                     break
                 out.append(tok)
             else:
                 out.append(motif[i])
                 free = True
-        if len(out) < limit and m_end < len(seq) and cls(motif[-1]) == _NEWLINE:
+        if complete and len(out) < limit and m_end < len(seq) and cls(motif[-1]) == _NEWLINE:
             nxt = seq[m_end]
             if cls(nxt) == _SPACE:
                 out.append(nxt)  # the indentation of the line that followed
         if not out:
             return None
-        return Draft(tuple(out), self.name, _tier(j) + ("+free" if free else ""))
+        tier = ("l2:" if two_lines else "") + _tier(body_j) + ("+free" if free else "")
+        return Draft(tuple(out), self.name, tier)
 
     def observe(self, draft: Draft, accepted: int) -> None:
         pass

@@ -59,10 +59,13 @@ class ShadowTree:
         self._row = 0  # point of the end of the text
         self._col = 0
         self.line_starts: list[int] = [0]
+        self._slack = 0
         self.parses = 0
         self.full_parses = 0
 
-    def reset(self, data: bytes) -> None:
+    def reset(self, data: bytes, *, cut: bool = False) -> None:
+        """Start over with ``data``; ``cut``: it starts in the middle of the buffer."""
+        self._slack = _WINDOW_SLACK if cut else 0
         self.data = b""
         self._tree = None
         self._row, self._col = 0, 0
@@ -100,8 +103,10 @@ class ShadowTree:
         """The current tree (reparsed incrementally if text was appended)."""
         if self._dirty or self._tree is None:
             old = self._tree
-            parser = self._parser
-            self._tree = parser.parse(self.data, old) if old is not None else parser.parse(self.data)
+            if old is None:
+                self._tree = self._parser.parse(self.data)
+            else:
+                self._tree = self._parser.parse(self.data, old)
             self.parses += 1
             self.full_parses += old is None
             self._dirty = False
@@ -131,7 +136,7 @@ class ShadowTree:
                         best_start, construct = node.start_byte, node.type
         broken = False
         if root.has_error:
-            lo = max(_WINDOW_SLACK, tail_start - _ERROR_LOOKBACK)
+            lo = max(self._slack, tail_start - _ERROR_LOOKBACK)
             if tail_start > lo:
                 qc = self._ts.QueryCursor(self._errors)
                 qc.set_byte_range(lo, tail_start)
