@@ -511,6 +511,9 @@ class CompletionService:
             self._engine_for(settings)
         except ModelError as exc:
             return str(exc)
+        except Exception as exc:  # a bug must not leave the state "busy" forever
+            log.exception("loading the engine failed")
+            return f"structspec: loading the engine failed: {exc}"
         return None
 
     def _engine_for(self, settings: Settings) -> Engine:
@@ -578,6 +581,9 @@ class CompletionService:
         try:
             engine = self._engine_for(job.settings)
         except ModelError:
+            return _Outcome()
+        except Exception:
+            log.exception("loading the engine failed")
             return _Outcome()
         try:
             return self._generate(engine, job)

@@ -1,0 +1,314 @@
+"""Unit tests of the editor-independent completion logic (no subprocess, stand-in model)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from structspec.completion.cache import PendingSuggestion
+from structspec.completion.documents import (
+    UTF8,
+    UTF16,
+    UTF32,
+    Document,
+    DocumentStore,
+    Range,
+    TextChange,
+)
+from structspec.completion.prompt import PromptBuilder, header_for, sanitize
+from structspec.completion.service import CompletionRequest, CompletionService, Status
+from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean, cut_block
+from structspec.config import Settings
+from structspec.model.base import FimTokens, ModelError, Rows
+from structspec.model.standin import StandInModel
+
+# -- documents ---------------------------------------------------------------
+
+
+def test_positions_in_every_encoding():
+    doc = Document("u", "python", 1, "a😀b\r\nxé\n")
+    # 😀 is 2 UTF-16 units, 4 UTF-8 bytes, 1 code point.
+    assert doc.offset_at(0, 3, UTF16) == 2
+    assert doc.offset_at(0, 5, UTF8) == 2
+    assert doc.offset_at(0, 2, UTF32) == 2
+    assert doc.offset_at(0, 2, UTF16) == 2  # inside the surrogate pair: next character
+    assert doc.line_text(0) == "a😀b"
+    assert doc.position_at(doc.text.index("é"), UTF16) == (1, 1)
+    assert doc.offset_at(1, 99, UTF16) == doc.text.index("\n", 5)  # clamped to the line end
+    assert doc.offset_at(50, 0) == len(doc.text)  # past the last line: the end
+
+
+def test_incremental_edits_clamped_and_ordered():
+    store = DocumentStore()
+    store.open("u", "python", 1, "hello\nworld\n")
+    store.change("u", 2, [TextChange("HELLO", Range(0, 0, 0, 5))])
+    assert store.get("u").text == "HELLO\nworld\n"
+    store.change("u", 3, [TextChange("!", Range(1, 99, 1, 99))])  # past the line end
+    assert store.get("u").text == "HELLO\nworld!\n"
+    store.change("u", 4, [TextChange("", Range(1, 0, 0, 5))])  # reversed range
+    assert store.get("u").text == "HELLOworld!\n"
+    store.change("u", 5, [TextChange("new")])
+    assert store.get("u").text == "new" and store.get("u").version == 5
+
+
+# -- prompts -------------------------------------------------------------------
+
+
+class FimStandIn(StandInModel):
+    def fim_tokens(self) -> FimTokens | None:
+        return FimTokens(prefix=self.n_vocab + 1, suffix=self.n_vocab + 2, middle=self.n_vocab + 3)
+
+
+def test_prompt_is_stable_while_typing():
+    model = StandInModel(n_ctx=512)
+    builder = PromptBuilder(model)
+    text = "".join(f"value_{i} = compute({i})\n" for i in range(200))
+    prompts = []
+    cut = None
+    for extra in ("r", "re", "res", "resu", "resul", "result"):
+        doc = text + extra
+        p = builder.build(doc, len(doc), uri="file:///a.py", language="python", cut_hint=cut)
+        cut = p.cut
+        prompts.append(p)
+    assert len({p.cut for p in prompts}) == 1  # the start did not move
+    assert all(p.tokens[:-6] == prompts[0].tokens[:-1][: len(p.tokens) - 6] for p in prompts)
+    assert len(prompts[-1].tokens) < 512 - 128
+    assert text[prompts[0].cut - 1] == "\n"  # the cut is a line start
+
+
+def test_prompt_cut_jumps_when_the_window_overflows():
+    model = StandInModel(n_ctx=512)
+    builder = PromptBuilder(model)
+    text = "".join(f"v{i} = f({i})\n" for i in range(400))
+    first = builder.build(text, 2000, cut_hint=None, max_tokens=64)
+    same = builder.build(text, 2010, cut_hint=first.cut, max_tokens=64)
+    assert same.cut == first.cut
+    later = builder.build(text, 3500, cut_hint=first.cut, max_tokens=64)
+    assert later.cut > first.cut
+    assert len(later.tokens) <= 512 - 64 - 16
+
+
+def test_fim_prompt_order_prefix_suffix_middle():
+    model = FimStandIn(n_ctx=512)
+    p = PromptBuilder(model).build("def f(x):\n    return \n\nprint(f(2))\n", 21)
+    fim = model.fim_tokens()
+    assert fim is not None and p.fim
+    assert p.tokens[1] == fim.prefix and p.tokens[-1] == fim.middle
+    suffix_at = p.tokens.index(fim.suffix)
+    assert model.detokenize(p.tokens[suffix_at + 1 : -1]).startswith("\n\nprint(f(2))")
+
+
+def test_header_and_sanitize():
+    assert header_for("file:///home/u/my%20proj/app.py", "python") == "# Path: app.py\n"
+    assert header_for("file:///x/main.go", "go") == "// Path: main.go\n"
+    assert header_for("file:///x/notes.txt", "plaintext") == ""
+    assert sanitize("a\x00b\udcff") == "ab?"
+
+
+# -- what to suggest ------------------------------------------------------------
+
+
+def test_modes():
+    assert CursorContext.at("x = foo(", 8).mode == LINE
+    assert CursorContext.at("def f():\n    ", 13).mode == BLOCK
+    assert CursorContext.at("def f():", 8).mode == BLOCK
+    assert CursorContext.at("a = 1\n", 6).mode == LINE
+    assert CursorContext.at("if x {\n  \n}", 9).mode == BLOCK
+    assert CursorContext.at("# note:\n", 8).mode == LINE  # a comment is not an opener
+    assert CursorContext.at("f(a, )", 5).mode == LINE
+
+
+def test_block_stops_at_dedent():
+    ctx = CursorContext.at("def f(x):\n    ", 14)
+    text, cut = cut_block("y = x + 1\n    return y\n\nprint(f(1))\n", ctx)
+    assert cut and text == "y = x + 1\n    return y\n"
+    ctx = CursorContext.at("def f(x):", 9)
+    text, cut = cut_block("\n    return x\nz = 1", ctx)
+    assert cut and text == "\n    return x"
+    text, cut = cut_block("\nz = 1", ctx)  # not indented below the opener: nothing
+    assert cut and clean(text, ctx, BLOCK) is None
+
+
+def test_clean():
+    mid = CursorContext.at("print(x)", 7)  # cursor before ")"
+    assert clean(", y)", mid, LINE) == ", y"
+    assert clean("   \n", mid, LINE) is None
+    assert clean("a = 1   \nb", CursorContext.at("", 0), LINE) == "a = 1"
+    nxt = CursorContext.at("def f():\n    \n    return 1\n", 13)
+    assert clean("x = 2\n    return 1\n", nxt, BLOCK) == "x = 2"
+    assert clean(")", mid, LINE) is None  # only repeats what follows
+
+
+def test_typing_through_cache():
+    text = "x = "
+    entry = PendingSuggestion.at("s1", text, 4, "compute(1, 2)")
+    assert entry.rest_at("x = comp", 8) == "ute(1, 2)"
+    assert entry.rest_at("x = ", 4) == "compute(1, 2)"
+    assert entry.rest_at("x = cx", 6) is None  # typed something else
+    assert entry.rest_at("y = comp", 8) is None  # text before changed
+    assert entry.rest_at("x = compute(1, 2)", 17) is None  # all typed
+
+
+# -- the service ----------------------------------------------------------------
+
+
+class SlowStandIn(StandInModel):
+    """A stand-in whose verification passes take time, so requests overlap."""
+
+    def __init__(self, delay: float = 0.01, **kw):
+        super().__init__(**kw)
+        self.delay = delay
+        self.prefills: list[tuple[int, int]] = []
+
+    def prefill(self, tokens: Sequence[int]) -> int:
+        reused = super().prefill(tokens)
+        self.prefills.append((len(tokens), reused))
+        return reused
+
+    def verify(self, tokens: Sequence[int]) -> Rows:
+        time.sleep(self.delay)
+        return super().verify(tokens)
+
+
+def make_service(
+    standin: StandInModel | None = None, **settings
+) -> tuple[CompletionService, list]:
+    statuses: list[Status] = []
+    messages: list[tuple[str, str]] = []
+    opened = standin or StandInModel(eos_bias=-3.0)
+
+    def open_model(spec: str, **kw) -> StandInModel:
+        if spec == "broken":
+            raise ModelError("not a GGUF file")
+        return opened
+
+    base = dict(model="standin", debounce_ms=0, max_tokens=32, sources=("lookup",))
+    base.update(settings)
+    svc = CompletionService(
+        Settings(**base),
+        on_status=statuses.append,
+        on_message=lambda level, text: messages.append((level, text)),
+        open_model=open_model,
+    )
+    return svc, [statuses, messages]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_new_request_cancels_the_one_in_flight():
+    async def scenario():
+        svc, _ = make_service(SlowStandIn(delay=0.02, eos_bias=-30.0), max_tokens=200)
+        text = "a = 1\nb = 2\nc = "
+        svc.open_document("u", "python", 1, text)
+        first = asyncio.ensure_future(svc.complete(CompletionRequest("u", 2, 4)))
+        await asyncio.sleep(0.1)
+        second = asyncio.ensure_future(svc.complete(CompletionRequest("u", 2, 3)))
+        a, b = await first, await second
+        svc.close()
+        return a, b
+
+    a, b = run(scenario())
+    assert a is None  # superseded
+    assert b is None or b.text
+
+
+def test_cancelled_task_stops_the_generation():
+    async def scenario():
+        model = SlowStandIn(delay=0.02, eos_bias=-30.0)
+        svc, _ = make_service(model, max_tokens=400)
+        svc.open_document("u", "python", 1, "x = ")
+        task = asyncio.ensure_future(svc.complete(CompletionRequest("u", 0, 4)))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        calls = model.verify_calls
+        await asyncio.sleep(0.2)
+        svc.close()
+        return calls, model.verify_calls, svc.stats.cancelled
+
+    before, after, cancelled = run(scenario())
+    assert after - before <= 1  # at most the pass in progress finished
+    assert cancelled == 1
+
+
+def test_prefix_reuse_and_alternating_documents():
+    async def scenario():
+        model = SlowStandIn(delay=0.0)
+        svc, _ = make_service(model)
+        a = "".join(f"alpha_{i} = {i}\n" for i in range(50)) + "z = "
+        svc.open_document("a", "python", 1, a)
+        r1 = await svc.complete(CompletionRequest("a", 50, 4))
+        svc._sessions["a"].pending = None
+        r2 = await svc.complete(CompletionRequest("a", 50, 4))
+        svc.close()
+        return r1, r2
+
+    r1, r2 = run(scenario())
+    assert r1 is not None and r2 is not None and r2.stats is not None
+    assert r2.stats.reused_tokens >= r2.stats.prompt_tokens - 2
+
+
+def test_other_open_documents_feed_the_lookup_corpus():
+    async def scenario():
+        svc, _ = make_service()
+        svc.open_document("other", "python", 1, "def helper(value):\n    return value * 2\n")
+        svc.open_document("main", "python", 1, "x = helper(")
+        seen: list = []
+        real_stream = None
+
+        def spy(*args, **kwargs):
+            seen.append(kwargs.get("corpus"))
+            return real_stream(*args, **kwargs)
+
+        await svc.complete(CompletionRequest("main", 0, 11))  # loads the engine
+        engine = svc._engine
+        real_stream = engine.stream
+        engine.stream = spy
+        svc._sessions["main"].pending = None
+        await svc.complete(CompletionRequest("main", 0, 11))
+        svc.close()
+        return seen, svc._model
+
+    seen, model = run(scenario())
+    corpus = seen[0]
+    assert any(model.detokenize(seq).startswith("def helper(value)") for seq in corpus)
+
+
+def test_model_that_fails_to_load_reports_and_recovers():
+    async def scenario():
+        svc, (statuses, messages) = make_service(model="broken")
+        svc.start()
+        svc.open_document("u", "python", 1, "x = ")
+        r = await svc.complete(CompletionRequest("u", 0, 4))
+        await asyncio.sleep(0.05)
+        state_after_failure = svc.status().state
+        svc.configure(Settings(model="standin", debounce_ms=0, sources=("lookup",)))
+        r2 = await svc.complete(CompletionRequest("u", 0, 4))
+        await asyncio.sleep(0.05)
+        svc.close()
+        return r, state_after_failure, messages, r2, svc.status().state
+
+    r, state, messages, r2, final = run(scenario())
+    assert r is None and state == "error"
+    assert any(level == "error" and "GGUF" in text for level, text in messages)
+    assert r2 is not None and final == "idle"
+
+
+def test_max_latency_stops_at_the_next_newline():
+    async def scenario():
+        svc, _ = make_service(SlowStandIn(delay=0.01, eos_bias=-30.0), max_tokens=300,
+                              max_latency_ms=10)
+        svc.open_document("u", "python", 1, "def f():\n    ")
+        r = await svc.complete(CompletionRequest("u", 1, 4))
+        svc.close()
+        return r
+
+    r = run(scenario())
+    # Block mode, but the budget ran out: at most the line being written.
+    assert r is None or "\n" not in r.text
