@@ -44,9 +44,18 @@ PRIORS: dict[str, float] = {
 
 
 def open_model(
-    spec: str, *, context_size: int = 4096, threads: int = 2, announce: Announce = _stderr
+    spec: str,
+    *,
+    context_size: int = 4096,
+    threads: int = 2,
+    announce: Announce = _stderr,
+    slots: int = 1,
 ) -> Model:
-    """Open the model named by ``spec`` (see the module docstring)."""
+    """Open the model named by ``spec`` (see the module docstring).
+
+    ``slots``: independent KV caches of ``context_size`` each (a GGUF model
+    only); the language server keeps one per recently edited document.
+    """
     if spec == "standin" or spec.startswith("standin:"):
         seed = spec.partition(":")[2] or "0"
         if not seed.isdigit():
@@ -55,7 +64,7 @@ def open_model(
     from structspec.model.llama import LlamaModel, default_model_path
 
     path = spec or str(default_model_path(announce))
-    return LlamaModel.load(path, n_ctx=context_size, threads=threads)
+    return LlamaModel.load(path, n_ctx=context_size, threads=threads, slots=slots)
 
 
 def cost_model_for(model: Model, announce: Announce = _stderr) -> CostModel:

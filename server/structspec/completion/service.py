@@ -48,6 +48,10 @@ from structspec.model.base import Model, ModelError
 
 log = logging.getLogger(__name__)
 
+#: KV caches the model keeps (one per recently completed document), so that
+#: switching between documents does not evaluate either prompt again.
+KV_SLOTS = 3
+
 IDLE = "idle"
 BUSY = "busy"
 ERROR = "error"
@@ -532,6 +536,7 @@ class CompletionService:
                     context_size=settings.context_size,
                     threads=settings.threads,
                     announce=self._announce,
+                    slots=KV_SLOTS,
                 )
             except Exception as exc:  # ModelError, or an OS error reading the file
                 what = settings.model or "the default model"

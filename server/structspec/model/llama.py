@@ -338,8 +338,12 @@ class LlamaModel:
             n = common_prefix_len(slot.tokens, tokens)
             if n > best_len:
                 best, best_len = slot, n
-        if best_len == 0 and len(self._slots) > 1:
+        if len(self._slots) > 1 and best_len * 2 < len(best.tokens):
+            # Continuing here would overwrite most of what this slot holds (another
+            # document's prompt that shares only BOS and a header): take the least
+            # recently used slot instead, so alternating documents keep their caches.
             best = min(self._slots, key=lambda s: s.used)
+            best_len = common_prefix_len(best.tokens, tokens)
         self._slot = best
         best.used = time.monotonic()
         return best_len
