@@ -27,10 +27,14 @@ class ModelError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Rows:
-    """Greedy choices of verified rows: ``argmax[i]`` and ``margin[i]`` (top1 - top2 logit)."""
+    """Greedy choices of verified rows: ``argmax[i]`` and ``margin[i]`` (top1 - top2 logit).
+
+    ``margin`` may be computed lazily and is only valid until the model's next
+    decode: read what you need right after ``verify``.
+    """
 
     argmax: list[int]
-    margin: list[float]
+    margin: Sequence[float]
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,10 +119,13 @@ class _Slot:
 class _Margins(Sequence[float]):
     """Top-1 minus top-2 logit per row, computed only for the rows asked for.
 
-    Valid until the next decode (it reads llama.cpp's logits buffer in place).
+    Valid until the next decode (it reads llama.cpp's logits buffer in place):
+    a later read raises instead of returning another pass's numbers.
     """
 
-    def __init__(self, logits: np.ndarray, argmax: np.ndarray) -> None:
+    def __init__(self, model: LlamaModel, logits: np.ndarray, argmax: np.ndarray) -> None:
+        self._model = model
+        self._decode_id = model._decode_id
         self._logits = logits
         self._argmax = argmax
 
@@ -132,6 +135,8 @@ class _Margins(Sequence[float]):
     def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
+        if self._model._decode_id != self._decode_id:
+            raise RuntimeError("margins of a verification pass read after the next decode")
         row = self._logits[i]
         best = int(self._argmax[i])
         top = row[best]
@@ -174,6 +179,7 @@ class LlamaModel:
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._closed = False
+        self._decode_id = 0  # counts decodes, so stale logits views can tell
 
     # -- loading -----------------------------------------------------------
     @classmethod
@@ -325,6 +331,7 @@ class LlamaModel:
             b.seq_id[i][0] = seq
             b.logits[i] = logits
         b.n_tokens = n
+        self._decode_id += 1
         rc = self._llama.llama_decode(self._ctx, b)
         if rc != 0:
             # Leave the slot consistent: drop whatever this batch may have added.
@@ -375,7 +382,7 @@ class LlamaModel:
         self._slot.tokens.extend(tokens)
         logits = self._rows(n)
         argmax = logits.argmax(axis=1)
-        return Rows([int(a) for a in argmax], _Margins(logits, argmax))
+        return Rows([int(a) for a in argmax], _Margins(self, logits, argmax))
 
     def truncate(self, n: int) -> None:
         slot = self._slot
