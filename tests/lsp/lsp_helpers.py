@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
 from lsprotocol import types
 from pytest_lsp import LanguageClient
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER_DIR = ROOT / "server"
 
 URI = "file:///work/example.py"
 TEXT = "def add(a, b):\n    return a + b\n\n\nx = add(1, 2)\ny = "
@@ -34,4 +42,40 @@ async def inline(client: LanguageClient, pos: types.Position, uri: str = URI, in
             position=pos,
             context=types.InlineCompletionContext(trigger_kind=kind),
         )
+    )
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(SERVER_DIR), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
+    # No user config file or environment settings leak into the tests.
+    env["STRUCTSPEC_CONFIG"] = str(ROOT / "tests" / "lsp" / "no-such-config.toml")
+    for key in [k for k in env if k.startswith("STRUCTSPEC_") and k != "STRUCTSPEC_CONFIG"]:
+        del env[key]
+    env.update(extra)
+    return env
+
+
+def server_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "structspec.lsp", *args]
+
+
+#: Test settings: no debounce, so each request is answered as soon as it can be.
+STANDIN_OPTIONS: dict[str, Any] = {"debounceMs": 0, "maxTokens": 24}
+
+
+def init_params(options: Any = None, *, inline: bool = True) -> types.InitializeParams:
+    caps = types.ClientCapabilities(
+        text_document=types.TextDocumentClientCapabilities(
+            inline_completion=types.InlineCompletionClientCapabilities() if inline else None,
+            completion=types.CompletionClientCapabilities(),
+        ),
+        workspace=types.WorkspaceClientCapabilities(configuration=True),
+    )
+    return types.InitializeParams(
+        capabilities=caps,
+        root_uri=ROOT.as_uri(),
+        initialization_options=STANDIN_OPTIONS if options is None else options,
     )

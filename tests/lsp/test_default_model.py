@@ -1,0 +1,90 @@
+"""End-to-end on the real default model (gemma-3-270m GGUF): smoke test and responsiveness."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+import pytest_lsp
+from lsp_helpers import end_of, init_params, inline, open_doc, server_command, server_env
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+pytestmark = pytest.mark.model
+
+CODE = '''import math
+
+
+def circle_area(radius):
+    """Area of a circle."""
+    return math.pi * radius ** 2
+
+
+def square_area(side):
+    """Area of a square."""
+    return side ** 2
+
+
+def rectangle_area(width, height):
+    """Area of a rectangle."""
+    return '''
+
+
+@pytest_lsp.fixture(
+    config=ClientServerConfig(server_command=server_command("--stdio"), server_env=server_env())
+)
+async def real(lsp_client: LanguageClient):
+    result = await lsp_client.initialize_session(
+        init_params({"debounceMs": 0, "maxTokens": 32, "maxLatencyMs": 60_000})
+    )
+    lsp_client.server_capabilities = result.capabilities  # type: ignore[attr-defined]
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def status(client: LanguageClient) -> dict:
+    return await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="structspec.status", arguments=[])
+    )
+
+
+async def test_default_model_suggests_code(real: LanguageClient):
+    open_doc(real, CODE, "file:///work/areas.py")
+    result = await asyncio.wait_for(inline(real, end_of(CODE), uri="file:///work/areas.py"), 600)
+    assert result is not None, real.messages
+    text = result.items[0].insert_text
+    assert text.strip() and "\n" not in text
+    st = await status(real)
+    assert st["model"].endswith(".gguf"), st
+    assert st["state"] == "idle" and st["stats"]["shown"] == 1
+
+
+async def test_server_answers_while_generating(real: LanguageClient):
+    """Edits, other requests and shutdown are answered while a generation runs."""
+    uri = "file:///work/long.py"
+    code = CODE + "width * height\n\n\ndef describe(shapes):\n"
+    open_doc(real, code, uri)
+    await asyncio.wait_for(inline(real, types.Position(line=0, character=0), uri=uri), 600)
+    real.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"structspec": {"maxTokens": 400}})
+    )
+    pending = asyncio.ensure_future(inline(real, end_of(code), uri=uri))
+    await asyncio.sleep(0.3)
+    real.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(start=end_of(code), end=end_of(code)), text="    "
+                )
+            ],
+        )
+    )
+    st = await asyncio.wait_for(status(real), 30)
+    assert st["state"] == "busy"  # answered while the generation was running
+    await asyncio.wait_for(real.shutdown_async(None), 30)
+    with contextlib.suppress(Exception):  # cancelled by shutdown: an error is a valid answer
+        await asyncio.wait_for(pending, 30)
+    real.exit(None)
+    real.capabilities = None  # the session is over; skip the fixture's shutdown
