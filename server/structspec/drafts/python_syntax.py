@@ -456,6 +456,17 @@ class FastSyntaxFSM:
             state = self.advance(state, t)
         return state
 
+    def warm_up(self, text: str) -> None:
+        """Run ``text`` through the machine (and its drafts) to fill the caches."""
+        try:
+            ids = self.model.tokenize(text, add_bos=False)
+        except Exception:  # a tokenizer that cannot take it: caches fill on the hot path instead
+            return
+        state = self.initial
+        for tok in ids:
+            state = self.advance(state, tok)
+            self.propose(state, tok)
+
     def sync_start(self, tokens: Sequence[int]) -> int:
         """An index from which running the FSM gives the same state as from 0.
 
@@ -496,6 +507,54 @@ class FastSyntaxFSM:
         return None if ids is None else (ids, rule)
 
 
+#: Typical Python run through the FSM when a source is made, so that the automaton's
+#: common states and the conversions of common drafts are built before the first pass.
+WARM_UP = """from __future__ import annotations
+
+import os
+from typing import List
+
+
+class Item(Base):
+    \"\"\"An item.\"\"\"
+
+    @property
+    def size(self) -> int:
+        return len(self.parts)
+
+    def __init__(self, name, parts=None):
+        self.name = name
+        self.parts = []
+        for i, part in enumerate(parts or []):
+            if isinstance(part, str) and not part:
+                continue
+            elif part is None:
+                break
+            else:
+                self.parts.append(part)
+
+
+def solve(numbers: List[int], k: int) -> List[int]:
+    result = []
+    for i in range(len(numbers)):
+        for j in range(i + 1, len(numbers)):
+            if numbers[i] + numbers[j] == k:
+                result.append((i, j))
+    while True:
+        try:
+            total = sum(numbers)
+        except ValueError as exc:
+            raise TypeError(exc)
+        finally:
+            pass
+    return sorted(result, key=lambda x: x[0])
+
+
+if __name__ == "__main__":
+    print(solve([1, 2, 3], 4))
+"""
+
+
 class PythonSyntaxSource:
     """Drafts Python syntax transitions with ``FastSyntaxFSM`` (Python or unknown language)."""
 
@@ -510,6 +569,7 @@ class PythonSyntaxSource:
         cooldown_passes: int = 32,
     ) -> None:
         self.fsm = FastSyntaxFSM(model, rules)
+        self.fsm.warm_up(WARM_UP)
         self.cooldown = Cooldown(cooldown_after, cooldown_passes)
         self._seq: list[int] | None = None
         self._generation = -1

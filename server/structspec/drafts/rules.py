@@ -42,7 +42,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -101,17 +101,16 @@ class Tokenizer(Protocol):
     def token_bytes(self, token: int) -> bytes: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
+class Rule(NamedTuple):
     """``context`` -> ``continuation`` (empty: a veto).
 
-    ``count``: occurrences of the context when mined; ``p``: smoothed share of its first token.
+    ``seen``: occurrences of the context when mined; ``p``: smoothed share of its first token.
     """
 
     context: tuple[int, ...]
     continuation: tuple[int, ...]
     tier: str
-    count: int
+    seen: int
     p: float
 
     @property
@@ -184,7 +183,7 @@ class RuleSet:
             # The bytes of every token id used: lets a load check (or remap) the vocabulary.
             "tokens": {str(t): tok.token_bytes(t).hex() for t in used},
             "rules": [
-                [list(r.context), list(r.continuation), r.tier, r.count, round(r.p, 4)]
+                [list(r.context), list(r.continuation), r.tier, r.seen, round(r.p, 4)]
                 for r in sorted(self.rules.values(), key=lambda r: (len(r.context), r.context))
             ],
         }
@@ -252,25 +251,31 @@ class RuleSet:
             )
 
         rules: dict[tuple[int, ...], Rule] = {}
+        # Validate the token ids once over their set, then build rules with minimal work per row.
+        try:
+            used = {t for row in rows for part in (row[0], row[1]) for t in part}
+        except (TypeError, IndexError, KeyError) as exc:
+            raise RulesError(f"{origin} is corrupt ({type(exc).__name__}: {exc})") from None
+        if any(type(t) is not int for t in used) or not used <= pieces.keys():
+            raise RulesError(
+                f"{origin} is corrupt (a rule uses a token the file does not describe)"
+            )
         dropped = 0
         for row in rows:
             try:
-                ctx_raw, cont_raw, tier, count, p = row
-                ctx = tuple(int(t) for t in ctx_raw)
-                cont = tuple(int(t) for t in cont_raw)
+                ctx_raw, cont_raw, tier, seen, p = row
+                if mapping is None:
+                    ctx, cont = tuple(ctx_raw), tuple(cont_raw)
+                else:
+                    ctx = tuple(mapping[t] for t in ctx_raw)
+                    cont = tuple(mapping[t] for t in cont_raw)
                 if tier not in TIERS or not min_ctx <= len(ctx) <= max_ctx:
                     raise ValueError(f"bad rule {row!r:.60}")
-                if mapping is not None:
-                    ctx = tuple(mapping[t] for t in ctx)
-                    cont = tuple(mapping[t] for t in cont)
-                elif any(t not in pieces for t in (*ctx, *cont)):
-                    raise ValueError("rule uses a token the file does not describe")
+                rules[ctx] = Rule(ctx, cont, tier, int(seen), float(p))
             except KeyError:
                 dropped += 1  # a token the vocabulary lacks
-                continue
             except (TypeError, ValueError) as exc:
                 raise RulesError(f"{origin} is corrupt ({exc})") from None
-            rules[ctx] = Rule(ctx, cont, str(tier), int(count), float(p))
         if mapping is not None:
             warnings.append(f"{dropped} of {len(rows)} rules dropped, {len(rules)} kept")
             if rows and not any(not r.veto for r in rules.values()):
@@ -424,7 +429,7 @@ def mine_rules(
             if share < bar:
                 break
             seq.append(nxt_rule.continuation[0])
-        chained[ctx] = Rule(ctx, tuple(seq[len(ctx) :]), rule.tier, rule.count, rule.p)
+        chained[ctx] = Rule(ctx, tuple(seq[len(ctx) :]), rule.tier, rule.seen, rule.p)
     table.rules = chained
     table.meta = dict(meta or {})
     table.meta.update(
