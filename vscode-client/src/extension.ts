@@ -46,7 +46,15 @@ import {
   type ClientSettings,
   type ServerLaunch,
 } from './settings';
-import { parseStatus, STATUS_NOTIFICATION, statusView, type DisplayState, type ServerStatus } from './status';
+import {
+  ACCEPT_COMMAND,
+  parseStatus,
+  STATUS_NOTIFICATION,
+  statusView,
+  withAcceptResult,
+  type DisplayState,
+  type ServerStatus,
+} from './status';
 
 /**
  * A LanguageClient whose own error popups are routed to the log only: the
@@ -307,6 +315,8 @@ class Controller implements vscode.Disposable {
       // languages in structspec.languages, and reads other buffers as draft corpus.
       documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
       outputChannel: this.output,
+      // structspec.trace.server logs the messages into the same log.
+      traceOutputChannel: this.output,
       initializationOptions: config(),
       errorHandler: {
         error: (error: Error, _message: Message | undefined, count: number | undefined): ErrorHandlerResult => {
@@ -322,6 +332,31 @@ class Controller implements vscode.Disposable {
         return false;
       },
       middleware: {
+        // An item without a range would replace the word before the cursor
+        // (VS Code's default), which hides a suggestion that continues that
+        // word. structspec suggests insertions at the cursor: say so.
+        provideInlineCompletionItems: async (document, position, context, token, next) => {
+          const result = await next(document, position, context, token);
+          if (result === null || result === undefined) {
+            return result;
+          }
+          const items = Array.isArray(result) ? result : result.items;
+          for (const item of items) {
+            if (item.range === undefined) {
+              item.range = new vscode.Range(position, position);
+            }
+          }
+          return result;
+        },
+        // The answer of structspec.accept carries the new acceptance: show it now.
+        executeCommand: async (command, args, next) => {
+          const result: unknown = await next(command, args);
+          if (command === ACCEPT_COMMAND) {
+            this.lastStatus = withAcceptResult(this.lastStatus, result);
+            this.render();
+          }
+          return result;
+        },
         workspace: {
           // The server may pull its section: answer with server keys only
           // (client-only keys such as serverPath would be unknown to it).
@@ -408,12 +443,9 @@ class Controller implements vscode.Disposable {
     }
     this.lastStatus = status;
     if (status.state === 'error') {
-      const modelLine = status.message !== undefined ? modelFailureLine(status.message) : undefined;
-      if (modelLine !== undefined) {
-        this.notify(modelMissingNotice(String(this.settings.server.model ?? '(default model)'), modelLine));
-        return;
-      }
-      this.setDisplay('error', status.message ?? 'the server reported an error');
+      // The server has already told the user (window/showMessage): no second popup.
+      this.output.error(status.message ?? 'the server reported an error');
+      this.setDisplay('error', status.message?.replace(/^structspec: /, '') ?? 'the server reported an error');
       return;
     }
     this.setDisplay(status.state);

@@ -32,7 +32,7 @@ export interface ServerSettingSpec {
   readonly choices?: readonly string[];
   /** Changing it needs a new server process (the model is loaded at start). */
   readonly restart: boolean;
-  /** The server's command-line flag for it, when it has one the client passes. */
+  /** The server's command-line flag for it (`structspec-lsp --help`), when it has one. */
   readonly flag?: string;
 }
 
@@ -43,7 +43,8 @@ export const SOURCE_NAMES = ['all', 'lookup', 'rules', 'python', 'ast', 'motif']
 export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'model', kind: 'string', restart: true, flag: '--model' },
   { key: 'threads', kind: 'integer', min: 1, max: 256, restart: true, flag: '--threads' },
-  { key: 'contextSize', kind: 'integer', min: 256, max: 131072, restart: true, flag: '--context-size' },
+  // structspec-lsp has no --context-size flag: it goes in initializationOptions.
+  { key: 'contextSize', kind: 'integer', min: 256, max: 131072, restart: true },
   { key: 'maxTokens', kind: 'integer', min: 1, max: 8192, restart: false },
   { key: 'maxLatencyMs', kind: 'integer', min: 10, max: 600000, restart: false },
   { key: 'debounceMs', kind: 'integer', min: 0, max: 10000, restart: false },
@@ -54,7 +55,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
 ];
 
 /** Settings only the client reads; changing any of them needs a new process too. */
-export const CLIENT_SETTINGS = ['enable', 'serverPath', 'pythonPath'] as const;
+export const CLIENT_SETTINGS = ['enable', 'serverPath', 'pythonPath', 'trace.server'] as const;
 
 /** A value of a server setting after validation. */
 export type ServerValue = string | number | boolean | string[];

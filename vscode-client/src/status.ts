@@ -10,6 +10,9 @@
 /** The custom notification the server sends when its state changes. */
 export const STATUS_NOTIFICATION = 'structspec/status';
 
+/** The server command each suggestion carries; it counts the acceptance. */
+export const ACCEPT_COMMAND = 'structspec.accept';
+
 /** What the client shows: the server's states plus the client's own. */
 export type DisplayState = 'starting' | 'idle' | 'busy' | 'error' | 'off' | 'stopped';
 
@@ -19,8 +22,11 @@ export interface ServerStatus {
   readonly model?: string;
   /** Tokens per second of the last completion. */
   readonly tokensPerSecond?: number;
-  /** Share (0..1) of drafted tokens accepted in the last completion. */
+  /** Share (0..1) of the suggestions shown that the user accepted. */
   readonly acceptance?: number;
+  /** Suggestions accepted and shown so far (the server's `stats`). */
+  readonly accepted?: number;
+  readonly shown?: number;
   /** Milliseconds from request to answer of the last completion. */
   readonly lastLatencyMs?: number;
   /** A one-line explanation, mainly for `error`. */
@@ -35,14 +41,21 @@ function str(value: unknown): string | undefined {
   return typeof value === 'string' && value.length > 0 ? value : undefined;
 }
 
-/** First defined value among the keys (accepts camelCase and snake_case spellings). */
-function pick(obj: Record<string, unknown>, ...keys: string[]): unknown {
-  for (const key of keys) {
-    if (obj[key] !== undefined && obj[key] !== null) {
-      return obj[key];
-    }
+/**
+ * Merge the answer of the `structspec.accept` command (`{accepted, acceptance}`)
+ * into the last status, so the status bar counts an acceptance at once.
+ */
+export function withAcceptResult(last: ServerStatus | undefined, result: unknown): ServerStatus | undefined {
+  if (last === undefined || typeof result !== 'object' || result === null) {
+    return last;
   }
-  return undefined;
+  const r = result as Record<string, unknown>;
+  const acceptance = num(r.acceptance);
+  if (acceptance === undefined || acceptance > 1) {
+    return last;
+  }
+  const accepted = r.accepted === true && last.accepted !== undefined ? last.accepted + 1 : last.accepted;
+  return { ...last, acceptance, accepted };
 }
 
 /** Validate the notification's params; `undefined` when they are not a status at all. */
@@ -55,17 +68,17 @@ export function parseStatus(params: unknown): ServerStatus | undefined {
   if (state !== 'idle' && state !== 'busy' && state !== 'error') {
     return undefined;
   }
-  let acceptance = num(pick(p, 'acceptance', 'acceptanceRate', 'acceptance_rate'));
-  if (acceptance !== undefined && acceptance > 1) {
-    // A percentage: the server may send 0..100.
-    acceptance = acceptance <= 100 ? acceptance / 100 : undefined;
-  }
+  const share = num(p.acceptance);
+  const acceptance = share !== undefined && share <= 1 ? share : undefined;
+  const stats = typeof p.stats === 'object' && p.stats !== null && !Array.isArray(p.stats) ? (p.stats as Record<string, unknown>) : {};
   const status: ServerStatus = {
     state,
     model: str(p.model),
-    tokensPerSecond: num(pick(p, 'tokensPerSecond', 'tokens_per_second', 'tps')),
+    accepted: num(stats.accepted),
+    shown: num(stats.shown),
+    tokensPerSecond: num(p.tokensPerSecond),
     acceptance,
-    lastLatencyMs: num(pick(p, 'lastLatencyMs', 'latencyMs', 'last_latency_ms', 'latency_ms')),
+    lastLatencyMs: num(p.lastLatencyMs),
     message: str(p.message),
   };
   return status;
@@ -88,7 +101,7 @@ function modelName(model: string | undefined): string | undefined {
   return base.length > 0 ? base : model;
 }
 
-/** Format the tokens/s and acceptance of the last completion, e.g. `84 tok/s · 62%`. */
+/** Format the tokens/s of the last completion and the acceptance, e.g. `84 tok/s · $(check) 62%`. */
 export function formatMetrics(status: ServerStatus | undefined): string {
   if (status === undefined) {
     return '';
@@ -98,7 +111,7 @@ export function formatMetrics(status: ServerStatus | undefined): string {
     parts.push(`${Math.round(status.tokensPerSecond)} tok/s`);
   }
   if (status.acceptance !== undefined) {
-    parts.push(`${Math.round(status.acceptance * 100)}%`);
+    parts.push(`$(check) ${Math.round(status.acceptance * 100)}%`);
   }
   return parts.join(' · ');
 }
@@ -146,7 +159,8 @@ export function statusView(state: DisplayState, last: ServerStatus | undefined, 
     lines.push(`Last completion: ${last.tokensPerSecond.toFixed(1)} tokens/s`);
   }
   if (last?.acceptance !== undefined) {
-    lines.push(`Draft acceptance: ${(last.acceptance * 100).toFixed(0)}%`);
+    const counts = last.accepted !== undefined && last.shown !== undefined ? ` (${last.accepted} of ${last.shown})` : '';
+    lines.push(`Suggestions accepted: ${(last.acceptance * 100).toFixed(0)}%${counts}`);
   }
   if (last?.lastLatencyMs !== undefined) {
     lines.push(`Last latency: ${Math.round(last.lastLatencyMs)} ms`);

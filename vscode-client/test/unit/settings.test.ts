@@ -141,7 +141,8 @@ describe('serverLaunch', () => {
   test('process settings become flags; the rest stay configuration', () => {
     const s = base({ server: { model: '~/m.gguf', threads: 2, contextSize: 1024, maxTokens: 9 } });
     const launch = serverLaunch(s, '/home/u/m.gguf');
-    assert.deepEqual(launch.args, ['--stdio', '--model', '/home/u/m.gguf', '--threads', '2', '--context-size', '1024']);
+    assert.deepEqual(launch.args, ['--stdio', '--model', '/home/u/m.gguf', '--threads', '2']);
+    assert.equal(serverConfiguration(s).contextSize, 1024);
   });
 
   test('serverPath wins over pythonPath; pythonPath runs the module', () => {

@@ -1,7 +1,7 @@
 /** Unit tests of the status bar text from `structspec/status` notifications. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { formatMetrics, parseStatus, statusView } from '../../src/status';
+import { formatMetrics, parseStatus, statusView, withAcceptResult } from '../../src/status';
 
 describe('parseStatus', () => {
   test('a full status', () => {
@@ -15,6 +15,8 @@ describe('parseStatus', () => {
     assert.deepEqual(s, {
       state: 'idle',
       model: '/models/gemma-3-270m-q4_k_m.gguf',
+      accepted: undefined,
+      shown: undefined,
       tokensPerSecond: 84.4,
       acceptance: 0.625,
       lastLatencyMs: 132.2,
@@ -26,11 +28,10 @@ describe('parseStatus', () => {
     assert.equal(parseStatus([]), undefined);
     assert.equal(parseStatus({ state: 'dancing' }), undefined);
     const s = parseStatus({ state: 'busy', tokensPerSecond: 'fast', acceptance: -1, lastLatencyMs: Infinity, model: 3 });
-    assert.deepEqual(s, { state: 'busy', model: undefined, tokensPerSecond: undefined, acceptance: undefined, lastLatencyMs: undefined, message: undefined });
+    assert.deepEqual(s, { state: 'busy', model: undefined, accepted: undefined, shown: undefined, tokensPerSecond: undefined, acceptance: undefined, lastLatencyMs: undefined, message: undefined });
   });
-  test('acceptance given as a percentage', () => {
-    assert.equal(parseStatus({ state: 'idle', acceptance: 62.5 })?.acceptance, 0.625);
-    assert.equal(parseStatus({ state: 'idle', acceptance: 250 })?.acceptance, undefined);
+  test('acceptance outside 0..1 is dropped', () => {
+    assert.equal(parseStatus({ state: 'idle', acceptance: 62.5 })?.acceptance, undefined);
   });
 });
 
@@ -38,7 +39,7 @@ describe('statusView', () => {
   const last = parseStatus({ state: 'idle', model: '/m/gemma.gguf', tokensPerSecond: 84.4, acceptance: 0.625, lastLatencyMs: 132 });
   test('idle shows tokens/s and acceptance', () => {
     const v = statusView('idle', last);
-    assert.equal(v.text, '$(sparkle) structspec 84 tok/s · 63%');
+    assert.equal(v.text, '$(sparkle) structspec 84 tok/s · $(check) 63%');
     assert.match(v.tooltip, /Model: gemma\.gguf/);
     assert.match(v.tooltip, /Last latency: 132 ms/);
     assert.equal(v.error, false);
@@ -55,5 +56,31 @@ describe('statusView', () => {
     assert.equal(statusView('off', undefined).text, '$(circle-slash) structspec');
     assert.equal(statusView('idle', undefined).text, '$(sparkle) structspec');
     assert.equal(formatMetrics(undefined), '');
+  });
+});
+
+describe('the server as written (structspec/completion/service.py Status.to_json)', () => {
+  const params = {
+    state: 'idle',
+    model: 'gemma-3-270m-q4_k_m.gguf',
+    tokensPerSecond: 41.27,
+    acceptance: 0.5,
+    lastLatencyMs: 212.4,
+    message: '',
+    stats: { requests: 9, shown: 4, accepted: 2, acceptance: 0.5 },
+  };
+  test('parses and shows the counts', () => {
+    const s = parseStatus(params);
+    assert.equal(s?.accepted, 2);
+    assert.equal(s?.shown, 4);
+    assert.equal(s?.message, undefined);
+    assert.match(statusView('idle', s).tooltip, /Suggestions accepted: 50% \(2 of 4\)/);
+  });
+  test('an accept answer updates the acceptance at once', () => {
+    const s = withAcceptResult(parseStatus(params), { accepted: true, acceptance: 0.6 });
+    assert.equal(s?.acceptance, 0.6);
+    assert.equal(s?.accepted, 3);
+    assert.equal(withAcceptResult(undefined, { accepted: true, acceptance: 1 }), undefined);
+    assert.deepEqual(withAcceptResult(s, 'nonsense'), s);
   });
 });
