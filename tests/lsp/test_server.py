@@ -91,3 +91,53 @@ async def test_status_notification(client: LanguageClient):
 @pytest.mark.parametrize("uri", ["file:///nope.py", "untitled:Untitled-1", "::bad::"])
 async def test_unknown_uri_answers_null(client: LanguageClient, uri: str):
     assert await inline(client, types.Position(line=0, character=0), uri=uri) is None
+
+
+async def test_tcp_transport(tmp_path):
+    """``--tcp HOST:PORT``: the same server over a socket."""
+    import json
+    import socket
+    import sys
+
+    from lsp_helpers import server_env
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "structspec.lsp", "--tcp", f"127.0.0.1:{port}",
+        "--model", "standin", "--log-file", str(tmp_path / "lsp.log"),
+        env=server_env(),
+    )
+    try:
+        for _ in range(100):
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the server did not listen")
+
+        async def call(msg_id: int, method: str, params: object) -> dict:
+            body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+            writer.write(f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+            await writer.drain()
+            while True:
+                length = 0
+                while (line := await reader.readline()).strip():
+                    if line.lower().startswith(b"content-length"):
+                        length = int(line.split(b":")[1])
+                message = json.loads(await reader.readexactly(length))
+                if message.get("id") == msg_id:
+                    return message
+
+        init = await asyncio.wait_for(call(1, "initialize", {"capabilities": {}}), 30)
+        assert "inlineCompletionProvider" in init["result"]["capabilities"]
+        assert (await asyncio.wait_for(call(2, "shutdown", None), 30))["result"] is None
+        writer.close()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+    assert (tmp_path / "lsp.log").is_file()

@@ -436,8 +436,9 @@ class CompletionService:
         latency: float,
         stats: GenerationStats | None,
     ) -> Suggestion:
-        # Positions are computed on the text the request saw, not a later edit.
-        view = Document(doc.uri, doc.language, doc.version, text)
+        # Positions are computed on the text the request saw, not a later edit
+        # (the document itself while unchanged: its line index is cached).
+        view = doc if doc.text is text else Document(doc.uri, doc.language, doc.version, text)
         enc = self.documents.encoding
         line, character = view.position_at(offset, enc)
         line_start, line_end = view.line_bounds(line)
