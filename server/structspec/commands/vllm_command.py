@@ -84,7 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def speculative_config(args: argparse.Namespace) -> dict[str, Any]:
     """The ``--speculative-config`` object for ``args`` (validated)."""
     if args.method == "ngram":
-        n = args.num_speculative_tokens or 5
+        n = 5 if args.num_speculative_tokens is None else args.num_speculative_tokens
         if not 1 <= args.prompt_lookup_min <= args.prompt_lookup_max:
             raise UserError("need 1 <= --prompt-lookup-min <= --prompt-lookup-max")
         config: dict[str, Any] = {
@@ -94,7 +94,7 @@ def speculative_config(args: argparse.Namespace) -> dict[str, Any]:
             "prompt_lookup_min": args.prompt_lookup_min,
         }
     else:
-        n = args.num_speculative_tokens or 32
+        n = 32 if args.num_speculative_tokens is None else args.num_speculative_tokens
         if args.suffix_max_tree_depth < 1:
             raise UserError("--suffix-max-tree-depth must be at least 1")
         if args.suffix_max_spec_factor <= 0:
