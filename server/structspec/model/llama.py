@@ -251,15 +251,18 @@ class LlamaModel:
         return ptr.decode("utf-8", "replace") if ptr else None
 
     # -- tokenizer ---------------------------------------------------------
-    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
+        """``special``: parse control-token text (``<start_of_turn>``), for chat templates."""
         data = text.encode("utf-8", "replace")
         n_max = len(data) + 8
         buf = (self._llama.llama_token * n_max)()
-        n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_bos, False)
+        n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_bos, special)
         if n < 0:
             n_max = -n
             buf = (self._llama.llama_token * n_max)()
-            n = self._llama.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_bos, False)
+            n = self._llama.llama_tokenize(
+                self._vocab, data, len(data), buf, n_max, add_bos, special
+            )
         return list(buf[: max(n, 0)])
 
     def token_bytes(self, token: int) -> bytes:
