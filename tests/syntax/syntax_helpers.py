@@ -104,7 +104,9 @@ class WordModel:
 _generation = [0]
 
 
-def context(model: Any, text: str, language: str | None = None, max_tokens: int = 12) -> DraftContext:
+def context(
+    model: Any, text: str, language: str | None = None, max_tokens: int = 12
+) -> DraftContext:
     """A fresh draft context whose tokens are ``text`` (a new generation each time)."""
     _generation[0] += 1
     toks = model.tokenize(text, add_bos=True)

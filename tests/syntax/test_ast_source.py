@@ -10,10 +10,10 @@ from syntax_helpers import WordModel, context, draft_text
 from structspec.drafts.ast_shadow import ASTShadowSource
 from structspec.drafts.base import DraftContext
 from structspec.drafts.registry import build_sources
+from structspec.engine.control import CostModel
 from structspec.engine.decode import Engine, GenerationOptions
 from structspec.model.standin import StandInModel
 from structspec.runtime import make_planner
-from structspec.engine.control import CostModel
 
 CASES = [
     # language, text before the cursor, expected draft text, tier

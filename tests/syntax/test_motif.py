@@ -43,7 +43,10 @@ def test_keywords_follow_the_language(words: WordModel) -> None:
 
 def test_replay_with_current_bindings(words: WordModel) -> None:
     src = MotifSource(words)
-    text = "class P:\n    def __init__(self, name, age):\n        self.name = name\n        self.age ="
+    text = (
+        "class P:\n    def __init__(self, name, age):\n        self.name = name\n"
+        "        self.age ="
+    )
     draft = src.propose(context(words, text, "python"))
     assert draft is not None
     assert draft_text(words, draft) == " age\n        "  # newline and next indentation too
@@ -52,7 +55,10 @@ def test_replay_with_current_bindings(words: WordModel) -> None:
 
 def test_replay_swap(words: WordModel) -> None:
     src = MotifSource(words)
-    text = "def f(a, i, j):\n    a[i], a[j] = a[j], a[i]\n    return a\n\ndef g(v, lo, hi):\n    v[lo], v[hi] ="
+    text = (
+        "def f(a, i, j):\n    a[i], a[j] = a[j], a[i]\n    return a\n\n"
+        "def g(v, lo, hi):\n    v[lo], v[hi] ="
+    )
     assert draft_text(words, src.propose(context(words, text, "python"))) == " v[hi], v[lo]\n    "
 
 

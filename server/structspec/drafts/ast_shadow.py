@@ -52,7 +52,7 @@ from structspec.syntax.shadow import ShadowTree
 from structspec.syntax.table import GrammarTableError, LanguageSpec, LanguageTable, load_table
 
 #: Bytes of text before the cursor that are shadowed (lexed and parsed).
-WINDOW_BYTES = 6000
+WINDOW_BYTES = 4000
 #: Python words after which a block header cannot end yet.
 _OPEN_ENDINGS = frozenset(
     {"in", "not", "and", "or", "is", "if", "for", "lambda", "await", "as", "import", "from",
@@ -142,14 +142,14 @@ class ASTShadowSource:
         cut = i > 0
         if cut:
             # Cut at a line start, preferably an unindented one, so the parse starts clean.
-            cut = -1
+            at = -1
             for j in range(len(data) - 1):
                 if data[j] == 10 and data[j + 1] not in b" \t\n":
-                    cut = j + 1
+                    at = j + 1
                     break
-            if cut < 0:
-                cut = data.find(b"\n") + 1
-            data = data[cut:]
+            if at < 0:
+                at = data.find(b"\n") + 1
+            data = data[at:]
         lang: LanguageSpec | None = table.for_language_id(ctx.language)
         if lang is None:
             lang, _ = detect_language(None, None, data.decode("utf-8", "replace"), table=table)

@@ -18,6 +18,7 @@ costs microseconds) and keeps what the language table says matters:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from structspec.syntax.table import LanguageSpec
@@ -70,6 +71,17 @@ class LexState:
         self._quote_chars = {q[0] for q in self.lang.quotes}
         self._line_markers = self.lang.line_comment
         self._block = self.lang.block_comment
+        # Characters that can change the state; runs of other characters are taken whole.
+        special = set("\n\\") | set(self._openers) | self._closers
+        for q in self.lang.quotes:
+            special |= set(q)
+        for marker in (*self._line_markers, *(self._block or ())):
+            special |= set(marker)
+        if self._json:
+            special |= set(":,")
+        if self._html:
+            special |= set("<>\"'=!-")
+        self._special = re.compile("[" + re.escape("".join(sorted(special))) + "]")
 
     # -- reading ------------------------------------------------------------
     @property
@@ -99,8 +111,37 @@ class LexState:
 
     # -- feeding ------------------------------------------------------------
     def feed(self, text: str) -> None:
-        for ch in text:
-            self._char(ch)
+        i, n = 0, len(text)
+        search = self._special.search
+        while i < n:
+            m = search(text, i)
+            j = m.start() if m else n
+            if j > i:
+                self._plain(text[i:j])
+            if m is None:
+                break
+            self._char(text[j])
+            i = j + 1
+
+    def _plain(self, run: str) -> None:
+        """A run of characters none of which can change the state (by construction)."""
+        self.chars += len(run)
+        self._recent = (self._recent + run)[-4:]
+        self.line += run
+        if self._escape:
+            self._escape = False
+        if (
+            self._json
+            and self.string is None
+            and self.comment is None
+            and self.stack
+            and self.stack[-1].expect == VALUE
+            and not run.isspace()
+        ):
+            self.stack[-1].expect = AFTER
+            self.stack[-1].string_values = False
+        if self._tag is not None:
+            self._tag += run
 
     def _newline(self) -> None:
         if self.line.strip():

@@ -50,9 +50,7 @@ class ShadowTree:
         self.lang = lang
         self._ts = ts
         self._parser = ts.Parser(grammar)
-        source = lang.query_source("shadow") or ""
-        self._query: Any | None = ts.Query(grammar, source) if source.strip() else None
-        self._errors = ts.Query(grammar, "(ERROR) @error")
+        self._query, self._errors = _queries(lang)
         self.data = b""
         self._tree: Any | None = None
         self._dirty = False
@@ -145,6 +143,26 @@ class ShadowTree:
                         broken = True
                         break
         return CursorInfo(skip, broken, construct)
+
+
+_QUERIES: dict[str, tuple[Any | None, Any]] = {}
+
+
+def _queries(lang: LanguageSpec) -> tuple[Any | None, Any]:
+    """The compiled ``shadow.scm`` and ERROR queries of a language (compiled once per
+    process: a large grammar's query takes a noticeable time to compile)."""
+    key = f"{lang.name}:{lang.grammar_package}:{lang.grammar_function}"
+    hit = _QUERIES.get(key)
+    if hit is None:
+        import tree_sitter as ts
+
+        grammar = lang.grammar()
+        if grammar is None:
+            raise ValueError(f"no tree-sitter grammar for {lang.name}")
+        source = lang.query_source("shadow") or ""
+        query = ts.Query(grammar, source) if source.strip() else None
+        hit = _QUERIES[key] = (query, ts.Query(grammar, "(ERROR) @error"))
+    return hit
 
 
 def _unfinished(node: Any, cur: int, data: bytes) -> bool:
