@@ -88,3 +88,33 @@ async def test_server_answers_while_generating(real: LanguageClient):
         await asyncio.wait_for(pending, 30)
     real.exit(None)
     real.capabilities = None  # the session is over; skip the fixture's shutdown
+
+
+async def test_alternating_documents_keep_their_caches():
+    """Going back and forth between two documents re-evaluates neither prompt."""
+    from structspec.completion.service import CompletionRequest, CompletionService
+    from structspec.config import Settings
+
+    svc = CompletionService(Settings(model="", threads=2, debounce_ms=0, max_tokens=4))
+    a = CODE
+    b = "".join(f"const value{i} = compute({i});\n" for i in range(40)) + "const total = "
+    svc.open_document("file:///a.py", "python", 1, a)
+    svc.open_document("file:///b.js", "javascript", 1, b)
+    reused: list[tuple[int, str, int, int]] = []
+    try:
+        for round_ in range(2):
+            for uri, text in (("file:///a.py", a), ("file:///b.js", b)):
+                svc._sessions.pop(uri, None)  # no typing-through: ask the model each time
+                end = end_of(text)
+                s = await asyncio.wait_for(
+                    svc.complete(CompletionRequest(uri, end.line, end.character)), 600
+                )
+                if s is not None and s.stats is not None:
+                    reused.append((round_, uri, s.stats.reused_tokens, s.stats.prompt_tokens))
+    finally:
+        svc.close()
+        svc.join()
+    second_round = [r for r in reused if r[0] == 1]
+    assert len(second_round) == 2, reused  # both documents got a suggestion
+    for _round, _uri, got, prompt in second_round:
+        assert got >= prompt - 2, reused  # everything but the pending token was cached

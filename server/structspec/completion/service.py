@@ -223,12 +223,12 @@ class CompletionService:
         self._message = ""
         # Worker-thread state.
         self._model: Model | None = None
-        self._model_key: tuple[str, int, int] | None = None
+        self._model_key: tuple[str, int, int, int] | None = None
         self._engine: Engine | None = None
         self._engine_key: tuple[str, ...] | None = None
         self._prompts: PromptBuilder | None = None
         self._corpus = CorpusCache()
-        self._failed: tuple[tuple[str, int, int], str] | None = None
+        self._failed: tuple[tuple[str, int, int, int], str] | None = None
         self._model_name = "not loaded"
 
     # -- documents ---------------------------------------------------------
@@ -258,10 +258,11 @@ class CompletionService:
         """Use new settings from the next request on; reload the model if it changed."""
         old = self.settings
         self.settings = settings
-        model_changed = (old.model, old.threads, old.context_size) != (
+        model_changed = (old.model, old.threads, old.context_size, old.prefix_reuse) != (
             settings.model,
             settings.threads,
             settings.context_size,
+            settings.prefix_reuse,
         )
         if model_changed or old.source_names() != settings.source_names():
             self.start()
@@ -523,7 +524,9 @@ class CompletionService:
 
     def _engine_for(self, settings: Settings) -> Engine:
         """The engine for ``settings``, loading or rebuilding what changed (worker only)."""
-        key = (settings.model, settings.threads, settings.context_size)
+        # Without prefix reuse (a benchmark baseline) one slot, emptied before each request.
+        slots = KV_SLOTS if settings.prefix_reuse else 1
+        key = (settings.model, settings.threads, settings.context_size, slots)
         if self._model is None or self._model_key != key:
             if self._failed is not None and self._failed[0] == key:
                 raise ModelError(self._failed[1])
@@ -537,7 +540,7 @@ class CompletionService:
                     context_size=settings.context_size,
                     threads=settings.threads,
                     announce=self._announce,
-                    slots=KV_SLOTS,
+                    slots=slots,
                 )
             except Exception as exc:  # ModelError, or an OS error reading the file
                 what = settings.model or "the default model"
