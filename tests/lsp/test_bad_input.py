@@ -254,3 +254,69 @@ def fut_id(client: LanguageClient, fut: object) -> object:
         if f is fut:
             return msg_id
     return None
+
+
+async def test_model_that_cannot_load_and_bad_initialization_options(tmp_path):
+    """A model that fails to load: showMessage with the fix, status error, server stays up."""
+    from lsp_helpers import init_params, server_command, server_env
+    from pytest_lsp import ClientServerConfig
+
+    bogus = tmp_path / "not-a-model.gguf"
+    bogus.write_bytes(b"this is not a GGUF file")
+    config = ClientServerConfig(
+        server_command=server_command("--stdio", "--model", str(bogus)), server_env=server_env()
+    )
+    client = await config.start()
+    try:
+        await client.initialize_session(init_params({"maxTokens": "lots", "debounceMs": 0}))
+        for _ in range(100):
+            if any("cannot load" in m.message for m in client.messages):
+                break
+            await asyncio.sleep(0.1)
+        texts = [m.message for m in client.messages]
+        assert any("maxTokens" in t for t in texts), texts
+        errors = [m for m in client.messages if m.type == types.MessageType.Error]
+        assert errors and "Fix:" in errors[0].message and str(bogus) in errors[0].message
+        open_doc(client)
+        assert await inline(client, end_of(TEXT)) is None  # answered, no suggestion
+        status = await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="structspec.status", arguments=[])
+        )
+        assert status["state"] == "error" and "cannot load" in status["message"]
+        # Fixing the setting recovers without a restart... unless the flag pins it:
+        # --model given on the command line wins over the client, so it stays broken.
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"structspec": {"model": "standin"}})
+        )
+        await asyncio.sleep(0.3)
+        assert await inline(client, end_of(TEXT)) is None
+        await client.shutdown_session()
+    finally:
+        await client.stop()
+
+
+async def test_model_fixed_from_the_client_recovers(tmp_path):
+    from lsp_helpers import init_params, server_command, server_env
+    from pytest_lsp import ClientServerConfig
+
+    config = ClientServerConfig(server_command=server_command("--stdio"), server_env=server_env())
+    client = await config.start()
+    try:
+        await client.initialize_session(
+            init_params({"model": str(tmp_path / "missing.gguf"), "debounceMs": 0})
+        )
+        for _ in range(100):
+            if any(m.type == types.MessageType.Error for m in client.messages):
+                break
+            await asyncio.sleep(0.1)
+        assert any("missing.gguf" in m.message for m in client.messages)
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"structspec": {"model": "standin"}})
+        )
+        await asyncio.sleep(0.3)
+        open_doc(client)
+        result = await inline(client, end_of(TEXT))
+        assert result is not None and result.items[0].insert_text.strip()
+        await client.shutdown_session()
+    finally:
+        await client.stop()
