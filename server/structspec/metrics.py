@@ -234,13 +234,17 @@ class Snapshot:
             "accepted": self.accepted,
             "acceptance": {k: round(v, 3) for k, v in self.acceptance().items()},
             "rejected": self.rejected,
-            "latency_p50_s": self.latency_p50_s,
-            "latency_p95_s": self.latency_p95_s,
-            "time_to_first_token_p50_s": self.first_token_p50_s,
-            "pass_latency_p50_s": self.pass_p50_s,
-            "proxy_relay_p50_s": self.relay_p50_s,
+            "latency_p50_s": _round(self.latency_p50_s),
+            "latency_p95_s": _round(self.latency_p95_s),
+            "time_to_first_token_p50_s": _round(self.first_token_p50_s),
+            "pass_latency_p50_s": _round(self.pass_p50_s),
+            "proxy_relay_p50_s": _round(self.relay_p50_s),
             "proxy_chunks": self.chunks,
         }
+
+
+def _round(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 6)
 
 
 def _quantile(buckets: Mapping[float, float], q: float) -> float | None:

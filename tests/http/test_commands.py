@@ -149,6 +149,8 @@ def test_detect_finds_gguf_files(
     data = json.loads(out)
     assert {f["name"] for f in data["gguf_files"]} == set(found)
     assert [b["port"] for b in data["backends"]] == [8000, 8080, 1234, 11434]
+    code, out, _ = run_cli(capsys, "detect", "--timeout", "0.2")
+    assert code == 0 and "Q8_0" in out and "16384" in out and "qwen2" in out
     code, out, _ = run_cli(capsys, "detect", "--no-files", "--timeout", "0.2")
     assert code == 0 and "Local servers" in out
 

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     for f in files:
         if f.error:
             table.add_row(
-                f.location, f.name, _size(f.size_bytes), f"[red]{f.error}[/red]", "", "", "", ""
+                f.location, f.name, _size(f.size_bytes), f"[red]{f.error}[/red]", *[""] * 5
             )
             continue
         table.add_row(
@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             f.name,
             _size(f.size_bytes),
             f.architecture,
+            f.parameters,
             f.quantization,
             str(f.context_length or "?"),
             "yes" if f.fim else "no",
