@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def post(url: str, body: bytes | str, path: str = "/v1/completions", **kw: Any) -> httpx.Response:
     data = body.encode() if isinstance(body, str) else body
-    return httpx.post(url + path, content=data, headers={"content-type": "application/json"},
-                      timeout=30, **kw)
+    return httpx.post(
+        url + path, content=data, headers={"content-type": "application/json"}, timeout=30, **kw
+    )
 
 
 @pytest.mark.parametrize(
@@ -124,9 +125,10 @@ def test_disconnect_mid_stream_frees_the_model() -> None:
     app = create_app(standin_engine(model), model_id="standin")
     with ServerThread(app) as server:
         body = {"prompt": "def f(x):\n", "max_tokens": 1500, "stream": True}
-        with httpx.Client(timeout=30) as c, c.stream(
-            "POST", server.url + "/v1/completions", json=body
-        ) as r:
+        with (
+            httpx.Client(timeout=30) as c,
+            c.stream("POST", server.url + "/v1/completions", json=body) as r,
+        ):
             assert r.status_code == 200
             lines = r.iter_lines()
             got = [next(lines) for _ in range(10)]
@@ -248,9 +250,10 @@ def _mixed_requests(url: str, n: int) -> dict[str, int]:
                     s.read()
                     r = s
             elif kind == 5:  # disconnect mid-stream
-                with httpx.Client(timeout=30) as once, once.stream(
-                    "POST", url + "/v1/completions", json=stream
-                ) as s:
+                with (
+                    httpx.Client(timeout=30) as once,
+                    once.stream("POST", url + "/v1/completions", json=stream) as s,
+                ):
                     next(s.iter_lines())
                     r = s
             elif kind == 6:
@@ -275,9 +278,23 @@ def test_no_leaks_over_200_requests(tmp_path: Path) -> None:
         os.environ, PYTHONPATH=str(ROOT / "server"), STRUCTSPEC_CONFIG=str(tmp_path / "none.toml")
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "structspec", "serve", "--model", "standin", "--sources", "lookup",
-         "--port", str(port), "--max-body-bytes", str(1024 * 1024)],
-        env=env, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "structspec",
+            "serve",
+            "--model",
+            "standin",
+            "--sources",
+            "lookup",
+            "--port",
+            str(port),
+            "--max-body-bytes",
+            str(1024 * 1024),
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -28,12 +28,14 @@ class TemplatedModel(StandInModel):
 
 
 def test_plain_transcript() -> None:
-    p = render_plain([
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "hello"},
-        {"role": "user", "content": "more"},
-    ])
+    p = render_plain(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "more"},
+        ]
+    )
     assert p.text == "Be brief.\n\nUser: hi\nAssistant: hello\nUser: more\nAssistant:"
     assert p.stop == (PLAIN_STOP,)
 
@@ -47,8 +49,11 @@ def test_template_rendering_and_errors() -> None:
     with pytest.raises(TemplateError, match="chat template failed"):
         chat_prompt("{% for %}", [{"role": "user", "content": "x"}], model)
     with pytest.raises(TemplateError):  # the sandbox refuses attribute games
-        chat_prompt("{{ messages.__class__.__mro__[1].__subclasses__() }}",
-                    [{"role": "user", "content": "x"}], model)
+        chat_prompt(
+            "{{ messages.__class__.__mro__[1].__subclasses__() }}",
+            [{"role": "user", "content": "x"}],
+            model,
+        )
 
 
 def test_server_uses_the_model_template() -> None:

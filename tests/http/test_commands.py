@@ -38,13 +38,28 @@ def test_vllm_command_ngram(capsys: pytest.CaptureFixture[str]) -> None:
     argv = shlex.split(out)
     assert argv[:3] == ["vllm", "serve", "Qwen/Qwen2.5-Coder-7B-Instruct"]
     config = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert config == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4,
-                      "prompt_lookup_min": 2}
+    assert config == {
+        "method": "ngram",
+        "num_speculative_tokens": 5,
+        "prompt_lookup_max": 4,
+        "prompt_lookup_min": 2,
+    }
 
 
 def test_vllm_command_suffix_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(capsys, "vllm-command", "--model", "m", "--method", "suffix", "--json",
-                           "--num-speculative-tokens", "16", "--max-model-len", "8192")
+    code, out, _ = run_cli(
+        capsys,
+        "vllm-command",
+        "--model",
+        "m",
+        "--method",
+        "suffix",
+        "--json",
+        "--num-speculative-tokens",
+        "16",
+        "--max-model-len",
+        "8192",
+    )
     assert code == 0
     data = json.loads(out)
     assert data["speculative_config"]["method"] == "suffix"
@@ -119,8 +134,15 @@ def test_detect_finds_gguf_files(
     (home / ".ollama/models/blobs/sha256-5678").write_text("a licence, not a model")
     manifest = home / ".ollama/models/manifests/registry.ollama.ai/library/tiny/latest"
     manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps({"layers": [
-        {"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:1234"}]}))
+    manifest.write_text(
+        json.dumps(
+            {
+                "layers": [
+                    {"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:1234"}
+                ]
+            }
+        )
+    )
     lms = home / ".lmstudio/models/pub/repo/model.gguf"
     write_gguf(lms, arch="gemma3", fim=False)
     (home / ".lmstudio/models/pub/repo/broken.gguf").write_bytes(b"GGUF\x03\x00garbage")
@@ -132,11 +154,18 @@ def test_detect_finds_gguf_files(
     monkeypatch.delenv("OLLAMA_MODELS", raising=False)
     found = {f.name: f for f in scan_gguf(env=env)}
     assert set(found) == {
-        "Org/Tiny-GGUF/tiny-q8_0.gguf", "tiny:latest", "model.gguf", "broken.gguf"
+        "Org/Tiny-GGUF/tiny-q8_0.gguf",
+        "tiny:latest",
+        "model.gguf",
+        "broken.gguf",
     }
     tiny = found["Org/Tiny-GGUF/tiny-q8_0.gguf"]
     assert (tiny.location, tiny.architecture, tiny.quantization, tiny.context_length) == (
-        "huggingface", "llama", "Q8_0", 16384)
+        "huggingface",
+        "llama",
+        "Q8_0",
+        16384,
+    )
     assert tiny.fim and tiny.chat_template and not tiny.error
     assert found["tiny:latest"].architecture == "qwen2" and not found["tiny:latest"].fim
     assert found["broken.gguf"].error.startswith("cannot read GGUF metadata")
@@ -191,8 +220,9 @@ def test_serve_command_end_to_end(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "server"),
-               STRUCTSPEC_CONFIG=str(tmp_path / "none.toml"))
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT / "server"), STRUCTSPEC_CONFIG=str(tmp_path / "none.toml")
+    )
     cmd = [sys.executable, "-m", "structspec", "serve", "--model", "standin", "--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     try:
@@ -205,8 +235,9 @@ def test_serve_command_end_to_end(tmp_path: Path) -> None:
                 pass
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.2)
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/completions",
-                       json={"prompt": "x = ", "max_tokens": 4})
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "x = ", "max_tokens": 4}
+        )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
         # A second server on the same port: one clear line, exit status 2.
         busy = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)

@@ -12,7 +12,7 @@ from http_helpers import ServerThread
 from structspec.config import Settings
 
 PROMPTS = [
-    f"def {name}({args}):\n    \"\"\"{doc}\"\"\"\n"
+    f'def {name}({args}):\n    """{doc}"""\n'
     for name, args, doc in [
         ("fibonacci", "n", "Return the n-th Fibonacci number."),
         ("is_prime", "n", "Return True if n is prime."),
@@ -54,17 +54,23 @@ def client(server: ServerThread) -> openai.OpenAI:
 def test_openai_client_completes_and_streams(model_server: ServerThread) -> None:
     c = client(model_server)
     assert [m.id for m in c.models.list().data] == ["gemma-3-270m-q4_k_m"]
-    full = c.completions.create(model="gemma-3-270m-q4_k_m", prompt=PROMPTS[0], max_tokens=MAX,
-                                temperature=0)
+    full = c.completions.create(
+        model="gemma-3-270m-q4_k_m", prompt=PROMPTS[0], max_tokens=MAX, temperature=0
+    )
     assert full.usage is not None and full.usage.completion_tokens > 0
     assert full.choices[0].text.strip()
-    chunks = list(c.completions.create(model="auto", prompt=PROMPTS[0], max_tokens=MAX,
-                                       temperature=0, stream=True))
+    chunks = list(
+        c.completions.create(
+            model="auto", prompt=PROMPTS[0], max_tokens=MAX, temperature=0, stream=True
+        )
+    )
     streamed = "".join(ch.choices[0].text for ch in chunks if ch.choices)
     assert streamed == full.choices[0].text
     chat = c.chat.completions.create(
-        model="auto", messages=[{"role": "user", "content": "Write a Python hello world."}],
-        max_tokens=16, temperature=0,
+        model="auto",
+        messages=[{"role": "user", "content": "Write a Python hello world."}],
+        max_tokens=16,
+        temperature=0,
     )
     assert chat.choices[0].message.role == "assistant"
 
@@ -74,8 +80,9 @@ def test_sixteen_concurrent_streams_equal_alone(model_server: ServerThread) -> N
     c = client(model_server)
 
     def stream(prompt: str) -> str:
-        chunks = c.completions.create(model="auto", prompt=prompt, max_tokens=MAX,
-                                      temperature=0, stream=True)
+        chunks = c.completions.create(
+            model="auto", prompt=prompt, max_tokens=MAX, temperature=0, stream=True
+        )
         return "".join(ch.choices[0].text for ch in chunks if ch.choices)
 
     alone = [stream(p) for p in PROMPTS]

@@ -47,7 +47,10 @@ def test_stream_equals_non_stream(standin_server: ServerThread) -> None:
     full = c.completions.create(model="standin", prompt=PROMPTS[1], max_tokens=50)
     chunks = list(
         c.completions.create(
-            model="standin", prompt=PROMPTS[1], max_tokens=50, stream=True,
+            model="standin",
+            prompt=PROMPTS[1],
+            max_tokens=50,
+            stream=True,
             stream_options={"include_usage": True},
         )
     )
@@ -80,13 +83,18 @@ def test_chat_plain_template(standin_server: ServerThread) -> None:
     ]
     c = client(standin_server)
     r = c.chat.completions.create(
-        model="standin", messages=messages, max_tokens=30  # type: ignore[arg-type]
+        model="standin",
+        messages=messages,
+        max_tokens=30,  # type: ignore[arg-type]
     )
     prompt = render_plain(messages)
     assert r.choices[0].message.content == reference(prompt.text, 30, prompt.stop)
     assert r.choices[0].message.role == "assistant"
     stream = c.chat.completions.create(
-        model="standin", messages=messages, max_tokens=30, stream=True  # type: ignore[arg-type]
+        model="standin",
+        messages=messages,
+        max_tokens=30,
+        stream=True,  # type: ignore[arg-type]
     )
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"

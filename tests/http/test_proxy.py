@@ -43,9 +43,11 @@ def test_proxy_relays_completions(proxied: tuple[ServerThread, ServerThread]) ->
     relayed = client(proxy.url).completions.create(model="standin", prompt="def f(", max_tokens=30)
     assert relayed.choices[0].text == direct.choices[0].text
     assert relayed.usage == direct.usage
-    chunks = list(client(proxy.url).completions.create(
-        model="standin", prompt="def f(", max_tokens=30, stream=True
-    ))
+    chunks = list(
+        client(proxy.url).completions.create(
+            model="standin", prompt="def f(", max_tokens=30, stream=True
+        )
+    )
     assert "".join(c.choices[0].text for c in chunks if c.choices) == direct.choices[0].text
     chat = client(proxy.url).chat.completions.create(
         model="auto", messages=[{"role": "user", "content": "hi"}], max_tokens=10
@@ -82,9 +84,10 @@ def test_proxy_disconnect_cancels_backend() -> None:
     backend_app = create_app(standin_engine(model), model_id="standin")
     with ServerThread(backend_app) as backend, ServerThread(create_proxy_app(backend.url)) as proxy:
         body = {"prompt": "x", "max_tokens": 1500, "stream": True}
-        with httpx.Client(timeout=30) as c, c.stream(
-            "POST", proxy.url + "/v1/completions", json=body
-        ) as r:
+        with (
+            httpx.Client(timeout=30) as c,
+            c.stream("POST", proxy.url + "/v1/completions", json=body) as r,
+        ):
             lines = r.iter_lines()
             for _ in range(6):
                 next(lines)
@@ -117,9 +120,23 @@ def llama_server() -> Iterator[str]:
     path = assemble()
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "1024", "--n_threads", str(min(2, os.cpu_count() or 2))],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "1024",
+            "--n_threads",
+            str(min(2, os.cpu_count() or 2)),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -142,7 +159,7 @@ def llama_server() -> Iterator[str]:
         proc.wait(10)
 
 
-PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 MAX = 48
 
 
@@ -169,7 +186,9 @@ class TapTransport(httpx.AsyncBaseTransport):
                 await upstream.aclose()
 
         return httpx.Response(
-            response.status_code, headers=response.headers, stream=Tapped(),
+            response.status_code,
+            headers=response.headers,
+            stream=Tapped(),
             extensions=response.extensions,
         )
 
@@ -194,7 +213,9 @@ def test_proxy_in_front_of_llama_cpp_server(llama_server: str) -> None:
     server: ProxyApp = app.state.server
     tap = TapTransport()
     server.client = httpx.AsyncClient(
-        base_url=server.backend, transport=tap, timeout=httpx.Timeout(600, connect=5),
+        base_url=server.backend,
+        transport=tap,
+        timeout=httpx.Timeout(600, connect=5),
         headers={"accept-encoding": "identity"},
     )
     with ServerThread(app) as proxy:
@@ -211,8 +232,11 @@ def test_proxy_in_front_of_llama_cpp_server(llama_server: str) -> None:
         )
         assert "".join(c.choices[0].text for c in streamed if c.choices) == direct.choices[0].text
         chat = client(proxy.url).chat.completions.create(
-            model="auto", messages=[{"role": "user", "content": "Say hi"}], max_tokens=8,
-            temperature=0, stream=True,
+            model="auto",
+            messages=[{"role": "user", "content": "Say hi"}],
+            max_tokens=8,
+            temperature=0,
+            stream=True,
         )
         assert all(c.object == "chat.completion.chunk" for c in chat)
 
@@ -222,11 +246,17 @@ def test_proxy_in_front_of_llama_cpp_server(llama_server: str) -> None:
         for _ in range(3):
             tap.arrivals.clear()
             received: list[tuple[float, bytes]] = []
-            body = {"model": "auto", "prompt": PROMPT, "max_tokens": MAX, "temperature": 0,
-                    "stream": True}
-            with httpx.Client(timeout=60) as c, c.stream(
-                "POST", proxy.url + "/v1/completions", json=body
-            ) as r:
+            body = {
+                "model": "auto",
+                "prompt": PROMPT,
+                "max_tokens": MAX,
+                "temperature": 0,
+                "stream": True,
+            }
+            with (
+                httpx.Client(timeout=60) as c,
+                c.stream("POST", proxy.url + "/v1/completions", json=body) as r,
+            ):
                 for chunk in r.iter_raw():
                     received.append((time.monotonic(), chunk))
             at_proxy, at_client = _event_times(tap.arrivals), _event_times(received)
