@@ -90,8 +90,8 @@ def _model_id(spec: str, name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    if args.max_queue < 0:
-        raise UserError("--max-queue must be 0 or more")
+    if not 1 <= args.max_queue <= 100_000:
+        raise UserError("--max-queue must be between 1 and 100000")
     if args.max_body_bytes < 1024:
         raise UserError("--max-body-bytes must be at least 1024")
     if args.backend and args.model:

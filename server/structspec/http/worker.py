@@ -64,6 +64,8 @@ class EngineWorker:
     """A worker thread serving ``Job``s from a bounded, fair queue."""
 
     def __init__(self, engine: Engine, metrics: Metrics, *, max_queue: int = 32) -> None:
+        if max_queue < 1:
+            raise ValueError("max_queue must be at least 1")
         self.engine = engine
         self.metrics = metrics
         self.max_queue = max_queue
