@@ -173,3 +173,13 @@ def test_cursor_broken_only_for_errors_in_finished_code() -> None:
     broken = "def f(x):\n    return x +* ) 2\n\ndef g(y):\n    return y" + "\n" * 3 + "z = ("
     t = tree_of("python", broken)
     assert t.cursor(t.line_start(7)).broken
+
+
+def test_json_shown_from_its_middle() -> None:
+    s = lex("json", '      "type": "string"\n    },\n    "b": {\n      "t')
+    assert s.string_role == KEY and [e.closer for e in s.stack] == ["}", "}"]
+    s = lex("json", '    "x": 1\n  },\n  {\n    "')
+    assert s.string_role == KEY and s.stack[0].closer == "]"  # objects in a list
+    s = lex("json", '  "a",\n  "b",\n  "')
+    assert s.stack[0].closer == "]" and s.string_role == VALUE
+    assert {"a", "b"} <= s.strings

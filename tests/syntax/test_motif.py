@@ -22,7 +22,7 @@ def render(model: WordModel, src: MotifSource, text: str) -> str:
 
 
 def test_abstraction_of_identifiers(words: WordModel) -> None:
-    src = MotifSource(words)
+    src = MotifSource(words, single_line_min=1)
     src._set_language("python")
     assert render(words, src, "current = current.next") == "[I0 = I0.I1]"
     assert render(words, src, "node = node.left") == "[I0 = I0.I1]"
@@ -33,7 +33,7 @@ def test_abstraction_of_identifiers(words: WordModel) -> None:
 
 
 def test_keywords_follow_the_language(words: WordModel) -> None:
-    src = MotifSource(words)
+    src = MotifSource(words, single_line_min=1)
     text = "SELECT name FROM users WHERE id = 1\nSELECT title FROM"
     draft = src.propose(context(words, text, "sql"))
     assert render(words, src, "SELECT name FROM users") == "[SELECT I0 FROM I1]"
@@ -42,7 +42,7 @@ def test_keywords_follow_the_language(words: WordModel) -> None:
 
 
 def test_replay_with_current_bindings(words: WordModel) -> None:
-    src = MotifSource(words)
+    src = MotifSource(words, single_line_min=1)
     text = (
         "class P:\n    def __init__(self, name, age):\n        self.name = name\n"
         "        self.age ="
@@ -54,7 +54,7 @@ def test_replay_with_current_bindings(words: WordModel) -> None:
 
 
 def test_replay_swap(words: WordModel) -> None:
-    src = MotifSource(words)
+    src = MotifSource(words, single_line_min=1)
     text = (
         "def f(a, i, j):\n    a[i], a[j] = a[j], a[i]\n    return a\n\n"
         "def g(v, lo, hi):\n    v[lo], v[hi] ="
@@ -63,7 +63,7 @@ def test_replay_swap(words: WordModel) -> None:
 
 
 def test_unbound_placeholder_replays_the_motifs_name(words: WordModel) -> None:
-    src = MotifSource(words)
+    src = MotifSource(words, single_line_min=1)
     text = "while current:\n    current = current.next\nwhile node:\n    node = node."
     draft = src.propose(context(words, text, "python"))
     assert draft is not None and draft_text(words, draft) == "next\n"
@@ -71,7 +71,7 @@ def test_unbound_placeholder_replays_the_motifs_name(words: WordModel) -> None:
 
 
 def test_no_draft_at_line_start_or_without_motif(words: WordModel) -> None:
-    src = MotifSource(words)
+    src = MotifSource(words, single_line_min=1)
     assert src.propose(context(words, "x = 1\n", "python")) is None
     assert src.propose(context(words, "x = 1\n    ", "python")) is None
     assert src.propose(context(words, "x = 1\nprint(", "python")) is None
@@ -79,14 +79,14 @@ def test_no_draft_at_line_start_or_without_motif(words: WordModel) -> None:
 
 
 def test_max_tokens_limits_the_draft(words: WordModel) -> None:
-    src = MotifSource(words)
+    src = MotifSource(words, single_line_min=1)
     text = "def f(a, i, j):\n    a[i], a[j] = a[j], a[i]\n\ndef g(v, lo, hi):\n    v[lo], v[hi] ="
     draft = src.propose(context(words, text, "python", max_tokens=3))
     assert draft is not None and draft_text(words, draft) == " v[hi"
 
 
 def test_motifs_grow_with_the_output_and_come_from_the_corpus(words: WordModel) -> None:
-    src = MotifSource(words)
+    src = MotifSource(words, single_line_min=1)
     toks = words.tokenize("def f(p):\n")
     ctx = DraftContext(model=words, tokens=toks, n_prompt=len(toks), max_tokens=8,
                        language="python", generation=1)
@@ -103,7 +103,7 @@ def test_motifs_grow_with_the_output_and_come_from_the_corpus(words: WordModel) 
 
 def test_cost_is_a_few_dictionary_hits(words: WordModel) -> None:
     """Smoke check that a long buffer is indexed once, not per call."""
-    src = MotifSource(words)
+    src = MotifSource(words, single_line_min=1)
     body = "".join(f"    item{i} = item{i}.value + {i}\n" for i in range(300))
     toks = words.tokenize(body + "    other = other.")
     ctx = DraftContext(model=words, tokens=toks, n_prompt=len(toks), max_tokens=8,
@@ -117,13 +117,13 @@ def test_cost_is_a_few_dictionary_hits(words: WordModel) -> None:
 
 
 def test_two_line_motif_carries_bindings_across_lines(words: WordModel) -> None:
-    src = MotifSource(words)
+    src = MotifSource(words, single_line_min=1)
     text = "def area(w, h):\n    return w * h\n\ndef volume(depth, size):\n    return depth *"
     draft = src.propose(context(words, text, "python"))
     assert draft is not None and draft_text(words, draft) == " size\n"  # bound on the line before
     assert draft.tier == "l2:p3"
     # Line by line, the name after * would be a guess: the motif's own.
-    single = MotifSource(words)
+    single = MotifSource(words, single_line_min=1)
     single._index2 = _NoIndex()
     draft = single.propose(context(words, text, "python"))
     assert draft is not None and draft_text(words, draft) == " h\n"
@@ -136,5 +136,12 @@ class _NoIndex(dict):
 
 
 def test_plain_repeats_are_left_to_lookup(words: WordModel) -> None:
-    src = MotifSource(words)
+    src = MotifSource(words, single_line_min=1)
     assert src.propose(context(words, "x = x + 1\ny = 2\nx = x", "python")) is None
+
+
+def test_short_one_line_prefixes_need_the_line_before_by_default(words: WordModel) -> None:
+    text = "x = x + 1\ny = 2\nnode = node"
+    assert MotifSource(words).propose(context(words, text, "python")) is None
+    draft = MotifSource(words, single_line_min=1).propose(context(words, text, "python"))
+    assert draft_text(words, draft) == " + 1\n"

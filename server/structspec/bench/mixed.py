@@ -49,13 +49,14 @@ def _roots() -> dict[str, list[Path]]:
     stdlib = Path(paths["stdlib"])
     site = [Path(p) for p in {paths["purelib"], paths["platlib"]}]
     usr = Path("/usr")
+    share, doc = usr / "share", usr / "share" / "doc"
     node = [usr / "lib" / "node_modules", usr / "local" / "lib" / "node_modules"]
     return {
-        "json": [*site, usr / "share" / "doc", *node],
-        "html": [stdlib, *site, usr / "share" / "doc", *node],
-        "sql": [*site, usr / "share" / "postgresql", usr / "share" / "sqlite3", usr / "share" / "doc"],
-        "go": [*site, usr / "lib" / "go" / "src", usr / "share" / "doc", usr / "local" / "go" / "src"],
-        "javascript": [*site, *node, usr / "share" / "javascript", usr / "share" / "doc"],
+        "json": [*site, doc, *node],
+        "html": [stdlib, *site, doc, *node],
+        "sql": [*site, share / "postgresql", share / "sqlite3", doc],
+        "go": [*site, usr / "lib" / "go" / "src", doc, usr / "local" / "go" / "src"],
+        "javascript": [*site, *node, share / "javascript", doc],
         "python": [stdlib],
     }
 
@@ -146,7 +147,10 @@ def collect(language: str, limit: int) -> list[dict[str, str]]:
 
 
 def build_mixed_suite(out_path: str | Path, limit_per_lang: int = 8) -> int:
-    """Write the suite as JSON lines ``{"id", "prompt", "language", "source"}``; return the count."""
+    """Write the suite as JSON lines ``{"id", "prompt", "language", "source"}``.
+
+    Returns the number of prompts written (``limit_per_lang`` per language at most).
+    """
     out = Path(out_path)
     lines: list[str] = []
     missing: list[str] = []

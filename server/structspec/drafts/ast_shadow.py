@@ -78,6 +78,60 @@ def _first_word(body: str) -> str:
     return word
 
 
+#: Block keywords that stand alone on a header line (``else:``, ``try {``).
+_BARE_HEADERS = frozenset({"else", "try", "finally", "do", "loop"})
+
+
+class TierGate:
+    """Stops proposing a tier the model keeps rejecting, and probes it again now and then.
+
+    The controller learns acceptance per ``source:tier`` too, but a tier it has
+    never tried borrows the source's estimate: one poor tier would drag a good
+    source down with it. The gate keeps decayed counts of the first drafted
+    token's acceptance per tier (from ``observe``); a tier below ``floor`` after
+    ``min_trials`` is muted, except for one proposal in ``probe_every``.
+    """
+
+    def __init__(
+        self, *, floor: float = 0.35, min_trials: float = 6.0, decay: float = 0.97,
+        probe_every: int = 40,
+    ) -> None:
+        self.floor = floor
+        self.min_trials = min_trials
+        self.decay = decay
+        self.probe_every = probe_every
+        self._trials: dict[str, float] = {}
+        self._hits: dict[str, float] = {}
+        self._muted: dict[str, int] = {}
+
+    def allows(self, tier: str) -> bool:
+        muted = self._muted.get(tier)
+        if muted is None:
+            return True
+        self._muted[tier] = muted + 1
+        return muted % self.probe_every == self.probe_every - 1
+
+    def observe(self, tier: str, accepted: int) -> None:
+        t = self._trials.get(tier, 0.0) * self.decay + 1.0
+        h = self._hits.get(tier, 0.0) * self.decay + (1.0 if accepted > 0 else 0.0)
+        self._trials[tier], self._hits[tier] = t, h
+        if t >= self.min_trials and h / t < self.floor:
+            self._muted.setdefault(tier, 0)
+        else:
+            self._muted.pop(tier, None)
+
+
+def _header_tier(body: str, word: str, closers: str) -> str:
+    """How sure a block header's end is: a bare keyword (``else``) is certain; after a
+    closed bracket (``def f(x)``) likely; after a word (``if x > 0``) the condition may
+    go on; with brackets still open (``def f(x``) more arguments may come."""
+    if closers:
+        return "header-close"
+    if body == word and word in _BARE_HEADERS:
+        return "header-kw"
+    return "header" if body[-1] in ")]" else "header-cond"
+
+
 def _last_word(body: str) -> str:
     i = len(body)
     while i > 0 and (body[i - 1].isalnum() or body[i - 1] == "_"):
@@ -91,10 +145,18 @@ class ASTShadowSource:
     name = "ast"
 
     def __init__(
-        self, model: Model, *, table: LanguageTable | None = None, window_bytes: int = WINDOW_BYTES
+        self,
+        model: Model,
+        *,
+        table: LanguageTable | None = None,
+        window_bytes: int = WINDOW_BYTES,
+        all_tiers: bool = False,
     ) -> None:
         self.model = model
         self.window_bytes = window_bytes
+        #: Also propose the low-precision rules (see the module docstring).
+        self.all_tiers = all_tiers
+        self.gate = TierGate()
         self._table: LanguageTable | None
         try:
             self._table = table or load_table()
@@ -207,6 +269,9 @@ class ASTShadowSource:
             self.state = "none"
             return None
         text, tier = cand
+        if not self.gate.allows(tier):
+            self.state = "muted"
+            return None
         if self._tree is not None:
             info = self._tree.cursor(self._tail_start())
             if info.broken:
@@ -292,12 +357,14 @@ class ASTShadowSource:
             if last == ":" and lex.depth == lex.line_depth == 0 and word in lang.block_openers:
                 return "\n" + _indent(line) + unit, "block"
             if word in lang.block_openers and last not in _CONTINUING and line[-1] != " ":
-                if _last_word(body) in _OPEN_ENDINGS and word not in ("else", "try", "finally"):
+                if _last_word(body) in _OPEN_ENDINGS and word not in _BARE_HEADERS:
                     return None
                 if not on_line and above:
                     return None
-                tier = "header-close" if closers else "header"
-                return closers + ":\n" + _indent(line) + unit, tier
+                tier = _header_tier(body, word, closers)
+                if tier == "header-kw" or self.all_tiers:
+                    return closers + ":\n" + _indent(line) + unit, tier
+                return None  # a header line never just closes its brackets
         elif lang.block_style == "brace":
             if last == "{" and lex.depth == lex.line_depth + 1 and above[-1].closer == "}":
                 return "\n" + _indent(line) + unit, "block"
@@ -309,11 +376,15 @@ class ASTShadowSource:
                 and on_line
                 and all(e.closer != "}" for e in above)
             ):
-                tier = "header-close" if closers else "header"
-                return closers + " {\n" + _indent(line) + unit, tier
-        operand_end = last.isalnum() or last in "_)]}\"'`"
-        if above and on_line and operand_end and all(e.closer != "}" for e in above):
-            return closers + lang.statement_end + "\n" + _indent(line), "close"
+                tier = _header_tier(body.lstrip("} \t"), word, closers)
+                if tier in ("header-kw", "header") or self.all_tiers:
+                    return closers + " {\n" + _indent(line) + unit, tier
+        if above and on_line and all(e.closer != "}" for e in above):
+            end = closers + lang.statement_end + "\n" + _indent(line)
+            if last in ")]}\"'`" and self.all_tiers:
+                return end, "close"
+            if (last.isalnum() or last == "_") and (lang.block_style == "colon" or self.all_tiers):
+                return end, "close-word"
         return None
 
     def _continuation(self, lex: LexState, body: str) -> tuple[str, str] | None:
@@ -336,12 +407,11 @@ class ASTShadowSource:
         unit = lex.indent_unit
         quote = '"' if obj else ""
         if lex.string is not None:
-            if not body or not (body[-1].isalnum() or body[-1] in "_-."):
+            # Only a string already seen in the document is likely complete here.
+            if lex.string_text not in lex.strings:
                 return None
             if lex.string_role == KEY:
                 return '": ' + ('"' if top.string_values else ""), "key-end"
-            if body.count('"') == 1 and not obj:
-                return None  # a string on its own line in an array: length unknown
             return '",\n' + _indent(line) + quote, "value-end"
         if not body:
             if line or not lex.prev_line.strip():
@@ -397,4 +467,4 @@ class ASTShadowSource:
         return None
 
     def observe(self, draft: Draft, accepted: int) -> None:
-        pass
+        self.gate.observe(draft.tier, accepted)

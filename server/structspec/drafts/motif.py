@@ -37,12 +37,16 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from structspec.drafts.ast_shadow import TierGate
 from structspec.drafts.base import Draft, DraftContext
 from structspec.model.base import Model
 from structspec.syntax.table import GrammarTableError, load_table
 
 #: Longest line (in tokens) that is abstracted and indexed.
 MAX_LINE = 40
+#: Tokens of the current line needed before a one-line motif is trusted (two-line
+#: motifs match from the first token: the line before makes them specific).
+SINGLE_LINE_MIN = 5
 #: Index entries kept before the cache starts over (memory bound).
 MAX_ENTRIES = 200_000
 
@@ -102,9 +106,17 @@ class MotifSource:
 
     name = "motif"
 
-    def __init__(self, model: Model, *, min_prefix: int = 1, max_line: int = MAX_LINE) -> None:
+    def __init__(
+        self,
+        model: Model,
+        *,
+        min_prefix: int = 1,
+        max_line: int = MAX_LINE,
+        single_line_min: int = SINGLE_LINE_MIN,
+    ) -> None:
         self.model = model
         self.min_prefix = max(1, min_prefix)
+        self.single_line_min = single_line_min
         self.max_line = max_line
         self._language: str | None = None
         self._keywords = _keywords(None)
@@ -120,6 +132,7 @@ class MotifSource:
         self._key: tuple[int, int] | None = None
         self._cur = _Cursor()
         self._corpus: dict[int, tuple[Sequence[int], _Cursor]] = {}
+        self.gate = TierGate()
         self.calls = 0
         self.seconds = 0.0
 
@@ -279,6 +292,8 @@ class MotifSource:
                 draft = self._replay(ctx, hit, symbols, names, prev + current, True)
                 if draft is not None:
                     return draft
+        if len(current) < self.single_line_min:
+            return None  # a short prefix of one line matches too many lines to be right
         symbols, names = self.abstract(current)
         hit = self._index.get(symbols)
         if hit is None:
@@ -334,7 +349,9 @@ class MotifSource:
         if not out:
             return None
         tier = ("l2:" if two_lines else "") + _tier(body_j) + ("+free" if free else "")
+        if not self.gate.allows(tier):
+            return None
         return Draft(tuple(out), self.name, tier)
 
     def observe(self, draft: Draft, accepted: int) -> None:
-        pass
+        self.gate.observe(draft.tier, accepted)

@@ -61,6 +61,8 @@ class LexState:
     _recent: str = ""
     _empty_close: int = -1  # position of a just-closed empty string ("" -> maybe """)
     _string_start: int = 0
+    _string_col: int = 0  # where the open string's text starts in ``line``
+    strings: set[str] = field(default_factory=set)  # JSON: texts of finished strings
     _indent_votes: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -92,6 +94,11 @@ class LexState:
     def in_code(self) -> bool:
         """Neither in a string nor in a comment (nor inside an HTML tag)."""
         return self.string is None and self.comment is None and self._tag is None
+
+    @property
+    def string_text(self) -> str:
+        """Text of the open string so far (on its line)."""
+        return self.line[self._string_col :] if self.string is not None else ""
 
     @property
     def in_tag(self) -> bool:
@@ -194,22 +201,34 @@ class LexState:
         top = self.stack[-1] if self.stack else None
         if ch in self._openers:
             if top is not None and self._json:
+                if top.line < 0 and top.expect == KEY:
+                    top.closer = "]"  # the implicit container holds values: an array
                 top.expect = AFTER
             self.stack.append(
                 Open(self._openers[ch], self.line_no, self.line_indent, KEY if ch == "{" else VALUE)
             )
         elif ch in self._closers:
             # Pop to the matching opener; a stray closer is ignored.
+            implicit_closed = False
             for i in range(len(self.stack) - 1, -1, -1):
                 if self.stack[i].closer == ch:
+                    implicit_closed = self.stack[i].line < 0
                     del self.stack[i:]
                     break
+            else:
+                implicit_closed = True
+            if implicit_closed and self._json and not self.stack:
+                # The text started inside a container that just closed: the one
+                # around it is not in view either; assume an object (checked below).
+                self.stack.append(Open("}", -1, "", AFTER))
             if self._json and self.stack:
                 self.stack[-1].expect = AFTER
                 self.stack[-1].string_values = False
         elif self._json and top is not None:
             if ch == ":":
                 top.expect = VALUE
+            elif ch == "," and top.line < 0 and top.expect == COLON:
+                top.closer, top.expect = "]", VALUE  # "a", "b": an implicit array
             elif ch == ",":
                 top.expect = KEY if top.closer == "}" else VALUE
             elif not ch.isspace() and top.expect == VALUE:
@@ -223,10 +242,14 @@ class LexState:
                 self.string = q  # the "" just closed was the start of a """
                 return
         self.string = ch
+        if self._json and not self.stack:
+            # The text started inside a container: a string at the top is most likely a key.
+            self.stack.append(Open("}", -1, "", KEY))
         top = self.stack[-1] if self.stack else None
         if self._json:
             self.string_role = KEY if top is not None and top.expect == KEY else VALUE
         self._string_start = self.chars
+        self._string_col = len(self.line)
 
     def _string_char(self, ch: str, recent: str) -> None:
         if self._escape:
@@ -241,6 +264,10 @@ class LexState:
             return
         if len(delim) == 1 and self.chars == self._string_start + 1:
             self._empty_close = self.chars  # "" : maybe the start of a """
+        if self._json:
+            if len(self.strings) > 20_000:
+                self.strings.clear()
+            self.strings.add(self.line[self._string_col : -1])
         self.string = None
         if self._json and self.stack:
             top = self.stack[-1]

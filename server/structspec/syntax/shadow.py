@@ -27,8 +27,9 @@ from structspec.syntax.table import LanguageSpec
 #: ERROR nodes closer than this to the window start are artefacts of cutting the
 #: window in the middle of a construct, not errors in the buffer.
 _WINDOW_SLACK = 64
-#: How far back before the statement being typed ERROR nodes are looked for.
-_ERROR_LOOKBACK = 2048
+#: How far back before the statement being typed an ERROR node counts as next to it
+#: (an error further up, or an artefact of a buffer shown from its middle, does not).
+_ERROR_LOOKBACK = 240
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +135,8 @@ class ShadowTree:
                         best_start, construct = node.start_byte, node.type
         broken = False
         if root.has_error:
-            lo = max(self._slack, tail_start - _ERROR_LOOKBACK)
+            # Errors on the first line are artefacts of text shown from its middle.
+            lo = max(self._slack, self.line_start(1), tail_start - _ERROR_LOOKBACK)
             if tail_start > lo:
                 qc = self._ts.QueryCursor(self._errors)
                 qc.set_byte_range(lo, tail_start)
