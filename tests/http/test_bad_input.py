@@ -54,6 +54,9 @@ def post(url: str, body: bytes | str, path: str = "/v1/completions", **kw: Any) 
         ('{"prompt": "x", "stream_options": 1}', 400, "'stream_options'"),
         ('{"prompt": "x", "logprobs": 3}', 400, "logprobs"),
         ('{"prompt": [1, 99999999]}', 400, "outside the vocabulary"),
+        ('{"prompt": "x", "temperature": NaN}', 400, "only greedy"),
+        ('{"prompt": "x", "max_tokens": 1e400}', 400, "'max_tokens' must be an integer"),
+        ("[" * 100_000 + "]" * 100_000, 400, "nested too deeply"),
     ],
 )
 def test_completions_rejects(
