@@ -171,30 +171,24 @@ class EngineApp:
         shape = ResponseShape(chat, self.model_id)
         try:
             kind, payload = await self._wait(request, events, job)
-        except ClientGone:
-            self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
-            return Response(status_code=499)
-        if kind == "error":
-            return self._fail(endpoint, payload)
-        if req.stream:
-            return StreamingResponse(
-                self._sse(request, req, shape, job, events, endpoint, t0),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        text_parts: list[str] = []
-        try:
-            while True:
+            if kind == "error":
+                return self._fail(endpoint, payload)
+            if req.stream:
+                return StreamingResponse(
+                    self._sse(request, req, shape, job, events, endpoint, t0),
+                    media_type="text/event-stream",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                )
+            while kind != "done":
                 kind, payload = await self._wait(request, events, job)
-                if kind == "step":
-                    text_parts.append(payload.text)
-                elif kind == "done":
-                    break
-                else:
+                if kind == "error":
                     return self._fail(endpoint, payload)
         except ClientGone:
             self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
             return Response(status_code=499)
+        except BaseException:
+            self.worker.cancel(job)  # the handler itself was cancelled (shutdown): free the model
+            raise
         result: GenerationResult = payload
         self.metrics.requests.labels(endpoint=endpoint, status="200").inc()
         self.metrics.latency.labels(endpoint=endpoint).observe(time.monotonic() - t0)
