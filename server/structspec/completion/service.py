@@ -395,7 +395,8 @@ class CompletionService:
             if session.job is job:
                 session.job = None
         if outcome.stats is not None and not outcome.cancelled:
-            self.stats.record_generation(outcome.stats.tokens, outcome.stats.seconds)
+            st = outcome.stats
+            self.stats.record_generation(st.tokens, st.seconds, st.prefill_ms, st.decode_ms)
         if outcome.text is None or job.cancelled():
             self.stats.empty += 1
             self._emit_status()

@@ -31,6 +31,8 @@ class AcceptanceStats:
     last_latency_ms: float | None = None
     last_tokens_per_second: float | None = None
     _latencies: deque[float] = field(default_factory=lambda: deque(maxlen=256))
+    _prefill_ms: deque[float] = field(default_factory=lambda: deque(maxlen=256))
+    _decode_ms: deque[float] = field(default_factory=lambda: deque(maxlen=256))
     _shown_ids: OrderedDict[str, int] = field(default_factory=OrderedDict)
 
     def record_latency(self, ms: float) -> None:
@@ -43,9 +45,14 @@ class AcceptanceStats:
         while len(self._shown_ids) > _REMEMBERED:
             self._shown_ids.popitem(last=False)
 
-    def record_generation(self, tokens: int, seconds: float) -> None:
+    def record_generation(
+        self, tokens: int, seconds: float, prefill_ms: float = 0.0, decode_ms: float = 0.0
+    ) -> None:
+        """One finished generation: its tokens, total time, and prompt/decode split."""
         self.generated_tokens += tokens
         self.generation_seconds += seconds
+        self._prefill_ms.append(prefill_ms)
+        self._decode_ms.append(decode_ms)
         if seconds > 0 and tokens:
             self.last_tokens_per_second = tokens / seconds
 
@@ -82,4 +89,6 @@ class AcceptanceStats:
             "acceptance": round(self.acceptance, 4),
             "tokensPerSecond": round(self.tokens_per_second, 2),
             "medianLatencyMs": self.median_latency_ms,
+            "medianPrefillMs": median(self._prefill_ms) if self._prefill_ms else None,
+            "medianDecodeMs": median(self._decode_ms) if self._decode_ms else None,
         }
