@@ -14,9 +14,10 @@ Tiers
 Backoff and vetoes
     Lookup tries the longest context first (one dict hit per length). A longer
     context is stored only where it says something its suffix does not: a
-    different first token or tier, or a *veto* (an empty continuation) where
+    different first token or a higher tier, or a *veto* (an empty continuation) where
     the longer context is seen often but is unpredictable while its suffix
-    would have drafted.
+    would have drafted. A longer context that agrees with its suffix is kept
+    only when it is more confident.
 
 Cooldown
     A rule whose drafts are rejected at the first token ``cooldown_after``
@@ -55,7 +56,7 @@ TIERS = ("deterministic", "strong", "frequent")
 #: Minimum smoothed first-token share of each tier.
 TIER_THRESHOLDS = {"deterministic": 0.95, "strong": 0.8, "frequent": 0.5}
 #: A continuation is extended while the raw share of the whole chain stays above this.
-CHAIN_THRESHOLDS = {"deterministic": 0.85, "strong": 0.65, "frequent": 0.45}
+CHAIN_THRESHOLDS = {"deterministic": 0.6, "strong": 0.5, "frequent": 0.4}
 #: Longest draft a rule of each tier may propose.
 DEFAULT_CAPS = {"deterministic": 12, "strong": 8, "frequent": 4}
 
@@ -405,9 +406,12 @@ def mine_rules(
                 backoff is not None
                 and not backoff.veto
                 and backoff.continuation[0] == nxt
-                and backoff.tier == tier
+                and TIERS.index(tier) >= TIERS.index(backoff.tier)
             ):
-                continue  # the suffix already says this
+                # The suffix already says this. A longer context that agrees with less
+                # confidence mostly has fewer samples (the smoothing is harsher on it):
+                # keep the better-supported suffix's tier.
+                continue
             table.rules[ctx] = Rule(ctx, (nxt,), tier, total, p)
             share_of[ctx] = best / total
     # Chain continuations: after the first token, follow the rules themselves
