@@ -36,7 +36,8 @@ CASES = [
     ("json", '  "b": 2\n  },\n  {\n', '    "', "indent"),
     ("json", '{\n  "name": "x",\n  "n": 1', ',\n  "', "next"),
     ("json", '{\n  "name": "x",', '\n  "', "next"),
-    ("json", '{\n  "a": {', '\n    "', "open"),
+    ("json", '{\n  "a": {', '\n    "a": ', "open+k"),  # first keys of objects alike
+    ("json", '[\n  {', '\n    "', "open"),
     ("json", '{\n  "a": [\n', '    ', "indent"),
     ("json", '{\n  "a": 1,\n', '  "', "indent"),
     ("html", "<ul>\n  <li>One", "</li>\n  ", "close-inline"),
@@ -100,6 +101,43 @@ def test_silent_where_drafting_is_pointless(language: str | None, text: str) -> 
     model = WordModel()
     src = ASTShadowSource(model, all_tiers=True)
     assert src.propose(context(model, text, language)) is None, src.state
+
+
+JSON_LIST = """{
+  "ListA": {
+    "input_token": "NextToken",
+    "output_token": "NextToken",
+    "result_key": "A"
+  },
+  "ListB": {
+    "input_token": "Marker",
+    "output_token": "NextToken",
+    "result_key": "B"
+  },
+  "ListC": {
+    "input_token": "Marker"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "tier"),
+    [
+        # The key that followed in the objects before, and its value when it repeats.
+        (JSON_LIST, '",\n    "output_token": "NextToken"', "value-end+k"),
+        (JSON_LIST + '",\n    "output_token": "Next', 'Token",\n    "result_key": "',
+         "value-rest+k"),
+        # (12 tokens: the cap of the json domain)
+        (JSON_LIST + '",\n    "out', 'put_token": "NextToken",\n    "result_key"', "key-rest"),
+        (JSON_LIST + '",\n    "output_token": "NextToken",\n    "result_key', '": "', "key-end"),
+        (JSON_LIST + '",\n    "output_token":', ' "NextToken"', "value"),
+        (JSON_LIST + '",\n', '    "output_token": "NextToken"', "indent+k"),
+        ('{\n  "x": {\n    "type": "string"\n  },\n  "y": {', '\n    "type": "', "open+k"),
+    ],
+)
+def test_json_predicts_keys_and_values_from_sibling_objects(text, expected, tier) -> None:
+    model = WordModel()
+    draft = ASTShadowSource(model).propose(context(model, text, "json", max_tokens=16))
+    assert draft is not None
+    assert (draft_text(model, draft), draft.tier) == (expected, tier)
 
 
 def test_language_detected_from_content_without_language_id() -> None:

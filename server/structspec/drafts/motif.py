@@ -42,6 +42,19 @@ from structspec.drafts.base import Draft, DraftContext
 from structspec.model.base import Model
 from structspec.syntax.table import GrammarTableError, load_table
 
+#: Acceptance priors per tier (first drafted token followed by the model), measured
+#: offline on gemma-3-270m greedy output (see ``structspec.drafts.ast_shadow.PRIORS``).
+PRIORS: dict[str, float] = {
+    "motif": 0.65,
+    "motif:l2:p1": 0.9,
+    "motif:l2:p1+free": 0.75,
+    "motif:l2:p2+free": 0.7,
+    "motif:l2:p3+free": 0.7,
+    "motif:l2:p5+free": 0.7,
+    "motif:l2:p5": 0.6,
+    "motif:p5": 0.75,
+    "motif:p5+free": 0.45,
+}
 #: Longest line (in tokens) that is abstracted and indexed.
 MAX_LINE = 40
 #: Tokens of the current line needed before a one-line motif is trusted (two-line

@@ -36,6 +36,7 @@ class Open:
     indent: str
     expect: str = VALUE  # JSON: what the container expects next
     string_values: bool = False  # JSON: the last value in it was a string
+    last_key: str = ""  # JSON: the last key of the object ("" before the first)
 
 
 @dataclass
@@ -63,6 +64,10 @@ class LexState:
     _string_start: int = 0
     _string_col: int = 0  # where the open string's text starts in ``line``
     strings: set[str] = field(default_factory=set)  # JSON: texts of finished strings
+    #: JSON: key -> the key that followed it in the last object that had it ("" is the
+    #: start of an object), and key -> (its last string value, how often in a row).
+    key_next: dict[str, str] = field(default_factory=dict)
+    key_value: dict[str, tuple[str, int]] = field(default_factory=dict)
     _indent_votes: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -264,18 +269,29 @@ class LexState:
             return
         if len(delim) == 1 and self.chars == self._string_start + 1:
             self._empty_close = self.chars  # "" : maybe the start of a """
+        text = self.line[self._string_col : -1] if self._json else ""
         if self._json:
             if len(self.strings) > 20_000:
                 self.strings.clear()
-            self.strings.add(self.line[self._string_col : -1])
+                self.key_next.clear()
+                self.key_value.clear()
+            self.strings.add(text)
         self.string = None
         if self._json and self.stack:
             top = self.stack[-1]
             if self.string_role == KEY:
                 top.expect = COLON
+                if top.closer == "}":
+                    if top.line >= 0 or top.last_key:  # an implicit object's start is unseen
+                        self.key_next[top.last_key] = text
+                    top.last_key = text
             else:
                 top.expect = AFTER
                 top.string_values = True
+                if top.closer == "}" and top.last_key:
+                    old = self.key_value.get(top.last_key)
+                    run = old[1] + 1 if old is not None and old[0] == text else 1
+                    self.key_value[top.last_key] = (text, run)
 
     def _html_char(self, ch: str, recent: str) -> None:
         if self._tag is None:
