@@ -539,13 +539,16 @@ class ASTShadowSource:
             return (base, "indent") if base else None
         if top is None:
             return None
-        if body[-1] != ">" and top.line == lex.line_no and "<" in body:
+        content = body[body.rfind(">") + 1 :]
+        if body[-1] != ">" and top.line == lex.line_no and "<" in body and " " not in content:
+            # One word of content (``<code>name``, ``<td>42``): likely closed right away.
             text = "</" + top.closer + ">"
             if body.startswith("<" + top.closer) or body.startswith("<" + top.closer.upper()):
                 text += "\n" + _indent(line)
             return text, "close-inline"
         starts_top = body.lower().startswith("<" + top.closer)
-        if body[-1] == ">" and top.line == lex.line_no and starts_top and body.count("<") == 1:
+        block = top.closer in lex.lang.block_elements and body.count("<") == 1
+        if body[-1] == ">" and top.line == lex.line_no and starts_top and block:
             return "\n" + _indent(line) + unit, "open"
         return None
 

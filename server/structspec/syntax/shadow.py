@@ -141,7 +141,10 @@ class ShadowTree:
                 qc = self._ts.QueryCursor(self._errors)
                 qc.set_byte_range(lo, tail_start)
                 for nodes in qc.captures(root).values():
-                    if any(lo <= n.start_byte and n.end_byte <= tail_start for n in nodes):
+                    if any(
+                        lo <= n.start_byte and n.end_byte <= tail_start and not _inside_error(n)
+                        for n in nodes
+                    ):
                         broken = True
                         break
         return CursorInfo(skip, broken, construct)
@@ -165,6 +168,16 @@ def _queries(lang: LanguageSpec) -> tuple[Any | None, Any]:
         query = ts.Query(grammar, source) if source.strip() else None
         hit = _QUERIES[key] = (query, ts.Query(grammar, "(ERROR) @error"))
     return hit
+
+
+def _inside_error(node: Any) -> bool:
+    """Whether an ancestor is an ERROR too (the outermost one is what counts)."""
+    parent = node.parent
+    while parent is not None:
+        if parent.type == "ERROR":
+            return True
+        parent = parent.parent
+    return False
 
 
 def _unfinished(node: Any, cur: int, data: bytes) -> bool:

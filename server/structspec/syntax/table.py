@@ -77,6 +77,7 @@ class LanguageSpec:
     keywords: frozenset[str] = frozenset()
     continuations: dict[str, str] = field(default_factory=dict)
     void_elements: frozenset[str] = frozenset()
+    block_elements: frozenset[str] = frozenset()
     content_patterns: tuple[re.Pattern[str], ...] = ()
     shebangs: tuple[str, ...] = ()
     queries_dir: Path | None = None
@@ -187,6 +188,7 @@ def _language(name: str, entry: dict[str, Any], root: Path) -> LanguageSpec:
         keywords=frozenset(_strs(entry, "keywords", where)),
         continuations={k.lower(): v for k, v in continuations.items()},
         void_elements=frozenset(s.lower() for s in _strs(entry, "void_elements", where)),
+        block_elements=frozenset(s.lower() for s in _strs(entry, "block_elements", where)),
         content_patterns=patterns,
         shebangs=_strs(entry, "shebangs", where),
         queries_dir=qdir if qdir.is_dir() else None,
