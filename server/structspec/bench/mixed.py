@@ -112,6 +112,8 @@ def cut_prompt(text: str, max_chars: int = MAX_PROMPT_CHARS) -> str | None:
 
 def collect(language: str, limit: int) -> list[dict[str, str]]:
     """Up to ``limit`` prompts of ``language`` from the files found on the machine."""
+    if limit <= 0:
+        return []
     exts = EXTENSIONS[language]
     candidates: list[Path] = []
     seen: set[Path] = set()
@@ -122,7 +124,7 @@ def collect(language: str, limit: int) -> list[dict[str, str]]:
                 seen.add(real)
                 candidates.append(path)
     items: list[dict[str, str]] = []
-    if not candidates or limit <= 0:
+    if not candidates:
         return items
     # Sample evenly across the sorted candidates, then walk on until enough are usable.
     step = max(1, len(candidates) // (limit * 3))
