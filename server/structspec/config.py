@@ -76,7 +76,16 @@ def _coerce(name: str, kind: Any, value: Any, field_name: str | None = None) -> 
     if kind is bool or kind == "bool":
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        if isinstance(value, str) and value.lower() in (
+            "1",
+            "true",
+            "yes",
+            "on",
+            "0",
+            "false",
+            "no",
+            "off",
+        ):
             return value.lower() in ("1", "true", "yes", "on")
         raise ValueError(f"{name} must be true or false, not {value!r}")
     if kind is int or kind == "int":

@@ -94,8 +94,9 @@ prompts = st.text(alphabet=ALPHABET, min_size=0, max_size=40)
     eos_bias=st.sampled_from([-3.0, -1.0, 0.5]),
     stop=st.lists(st.text(alphabet=ALPHABET, min_size=1, max_size=3), max_size=2),
 )
-def test_oracle_drafts_give_greedy_output(seed, prompt, max_tokens, length, wrong_at, noise,
-                                          eos_bias, stop):
+def test_oracle_drafts_give_greedy_output(
+    seed, prompt, max_tokens, length, wrong_at, noise, eos_bias, stop
+):
     model = model_for(seed, eos_bias)
     tokens = model.tokenize(prompt)
     opts = GenerationOptions(max_tokens=max_tokens, stop=tuple(stop))
@@ -110,8 +111,12 @@ def test_oracle_drafts_give_greedy_output(seed, prompt, max_tokens, length, wron
 
 
 @settings(max_examples=300, deadline=None)
-@given(seed=st.integers(0, 30), prompt=prompts, max_tokens=st.integers(1, 80),
-       noise=st.lists(st.integers(0, len(ALPHABET) + 1), min_size=1, max_size=30))
+@given(
+    seed=st.integers(0, 30),
+    prompt=prompts,
+    max_tokens=st.integers(1, 80),
+    noise=st.lists(st.integers(0, len(ALPHABET) + 1), min_size=1, max_size=30),
+)
 def test_noise_and_real_sources_give_greedy_output(seed, prompt, max_tokens, noise):
     model = model_for(seed)
     tokens = model.tokenize(prompt)
@@ -171,8 +176,11 @@ def test_cancel_between_passes():
         calls["n"] += 1
         return calls["n"] > 3
 
-    res = Engine(model).stream(model.tokenize("ab"), GenerationOptions(max_tokens=50),
-                               cancelled=cancelled).run()
+    res = (
+        Engine(model)
+        .stream(model.tokenize("ab"), GenerationOptions(max_tokens=50), cancelled=cancelled)
+        .run()
+    )
     assert res.stop_reason == "cancelled" and len(res.tokens) == 3
 
 

@@ -29,7 +29,7 @@ def test_prompt_longer_than_context_is_truncated_from_the_left():
     res = Engine(model).generate(tokens, GenerationOptions(max_tokens=32))
     assert res.warnings and "truncated" in res.warnings[0]
     assert res.prompt_tokens[0] == BOS
-    assert res.prompt_tokens[1:] == tokens[-(len(res.prompt_tokens) - 1):]
+    assert res.prompt_tokens[1:] == tokens[-(len(res.prompt_tokens) - 1) :]
     assert len(res.prompt_tokens) + 32 <= 256
     assert len(res.tokens) == 32
 

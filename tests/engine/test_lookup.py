@@ -6,8 +6,14 @@ from structspec.model.standin import StandInModel
 
 
 def ctx(tokens, corpus=(), generation=1, max_tokens=8):
-    return DraftContext(StandInModel(), list(tokens), len(tokens), max_tokens=max_tokens,
-                        corpus=corpus, generation=generation)
+    return DraftContext(
+        StandInModel(),
+        list(tokens),
+        len(tokens),
+        max_tokens=max_tokens,
+        corpus=corpus,
+        generation=generation,
+    )
 
 
 def test_continues_longest_match():

@@ -63,7 +63,9 @@ def run_engine(
     engine.model.truncate(0)  # cold cache: no mode profits from another's prefill
     t0 = time.perf_counter()
     t_first = None
-    gen = engine.stream(tokens, GenerationOptions(max_tokens=max_tokens, speculative=mode != "greedy"))
+    gen = engine.stream(
+        tokens, GenerationOptions(max_tokens=max_tokens, speculative=mode != "greedy")
+    )
     for step in gen:
         if t_first is None and step.tokens:
             t_first = time.perf_counter()
@@ -72,8 +74,15 @@ def run_engine(
     assert res is not None
     s = res.stats
     return Run(
-        prompt.id, mode, repeat, res.tokens, t_end - t0, t_end - (t_first or t_end),
-        passes=s.passes, drafted=s.drafted, accepted=s.accepted,
+        prompt.id,
+        mode,
+        repeat,
+        res.tokens,
+        t_end - t0,
+        t_end - (t_first or t_end),
+        passes=s.passes,
+        drafted=s.drafted,
+        accepted=s.accepted,
         sources={k: (v.drafted, v.accepted) for k, v in s.by_source().items()},
         trace=s.trace,
     )
@@ -95,8 +104,14 @@ class PromptLookupBaseline:
             verbose=False,
         )
 
-    def run(self, prompt: Prompt, tokens: Sequence[int], repeat: int, max_tokens: int,
-            is_eog: Callable[[int], bool]) -> Run:
+    def run(
+        self,
+        prompt: Prompt,
+        tokens: Sequence[int],
+        repeat: int,
+        max_tokens: int,
+        is_eog: Callable[[int], bool],
+    ) -> Run:
         self.llm.reset()
         out: list[int] = []
         t0 = time.perf_counter()
@@ -133,7 +148,9 @@ class Exactness:
             self.worst_gap = max(self.worst_gap, g)
 
 
-def teacher_forced_gaps(model: Model, prompt_tokens: Sequence[int], output: Sequence[int]) -> list[float]:
+def teacher_forced_gaps(
+    model: Model, prompt_tokens: Sequence[int], output: Sequence[int]
+) -> list[float]:
     model.truncate(0)
     return [c.gap for c in model.teacher_forced(prompt_tokens, output)]
 
@@ -181,17 +198,24 @@ def summarize(runs: Sequence[Run], modes: Sequence[str]) -> dict[str, Any]:
                 acc[0] += d
                 acc[1] += a
         m["sources"] = {
-            name: {"drafted": d, "accepted": a, "acceptance": a / d if d else 0.0,
-                   "share_of_accepted": a / accepted if accepted else 0.0}
+            name: {
+                "drafted": d,
+                "accepted": a,
+                "acceptance": a / d if d else 0.0,
+                "share_of_accepted": a / accepted if accepted else 0.0,
+            }
             for name, (d, a) in sorted(per_source.items())
         }
         for base in ("greedy", "pld"):
             if base == mode or base not in modes:
                 continue
-            ratios = [med_tps[(p, mode)] / med_tps[(p, base)] for p in prompt_ids
-                      if med_tps.get((p, base)) and (p, mode) in med_tps]
+            ratios = [
+                med_tps[(p, mode)] / med_tps[(p, base)]
+                for p in prompt_ids
+                if med_tps.get((p, base)) and (p, mode) in med_tps
+            ]
             m[f"ratio_vs_{base}"] = spread(ratios)
-            per_repeat = []
+            per_repeat: list[float] = []
             for rep in sorted({r.repeat for r in rs}):
                 a = _aggregate_tps([r for r in rs if r.repeat == rep])
                 b = _aggregate_tps([r for r in runs if r.mode == base and r.repeat == rep])
@@ -200,8 +224,10 @@ def summarize(runs: Sequence[Run], modes: Sequence[str]) -> dict[str, Any]:
             m[f"aggregate_vs_{base}_per_repeat"] = spread(per_repeat)
         if mode != "greedy" and "greedy" in modes:
             same = sum(
-                1 for p in prompt_ids
-                if (p, mode) in by and (p, "greedy") in by
+                1
+                for p in prompt_ids
+                if (p, mode) in by
+                and (p, "greedy") in by
                 and by[(p, mode)][0].tokens == by[(p, "greedy")][0].tokens
             )
             m["identical_to_greedy"] = same

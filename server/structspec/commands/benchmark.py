@@ -28,18 +28,27 @@ from structspec.commands.common import add_model_arguments, settings_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("benchmark", help="compare greedy, structspec and llama-cpp PLD side by side")
-    p.add_argument("--suite", default="humaneval",
-                   help="humaneval (default), mixed, editor, or jsonl:PATH")
+    p = sub.add_parser(
+        "benchmark", help="compare greedy, structspec and llama-cpp PLD side by side"
+    )
+    p.add_argument(
+        "--suite", default="humaneval", help="humaneval (default), mixed, editor, or jsonl:PATH"
+    )
     add_model_arguments(p)
     p.add_argument("--limit", type=int, help="first N prompts only")
     p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt (default 128)")
     p.add_argument("--repeat", type=int, default=1, help="runs per prompt and mode (default 1)")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated: greedy,structspec,pld")
-    p.add_argument("--no-exactness", action="store_true",
-                   help="skip the teacher-forced exactness check")
-    p.add_argument("--recalibrate", action="store_true",
-                   help="measure the verification cost table again before running")
+    p.add_argument(
+        "--modes", default=",".join(MODES), help="comma-separated: greedy,structspec,pld"
+    )
+    p.add_argument(
+        "--no-exactness", action="store_true", help="skip the teacher-forced exactness check"
+    )
+    p.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="measure the verification cost table again before running",
+    )
     p.add_argument("--files", help="editor suite: glob of source files to type through")
     p.add_argument("--json-out", help="write per-prompt, per-mode tokens and stats as JSON")
     p.add_argument("--trace-csv", help="write one row per verification pass")
@@ -51,13 +60,17 @@ def _machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
+            cpu = next(
+                (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu
+            )
     except OSError:
         pass
     import llama_cpp
 
-    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"llama-cpp-python {llama_cpp.__version__}, {platform.system()} {platform.release()}")
+    return (
+        f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"llama-cpp-python {llama_cpp.__version__}, {platform.system()} {platform.release()}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,20 +101,27 @@ def run(args: argparse.Namespace) -> int:
         path = getattr(model, "path", None)
         if path is None:
             raise UserError("the pld mode needs a GGUF model")
-        pld = PromptLookupBaseline(str(path), settings.threads, n_ctx=min(settings.context_size, 2048))
+        pld = PromptLookupBaseline(
+            str(path), settings.threads, n_ctx=min(settings.context_size, 2048)
+        )
 
     from tqdm import tqdm
 
     runs: list[Run] = []
     prompt_tokens: dict[str, list[int]] = {}
     exact = {m: Exactness() for m in modes if m != "pld"}
-    bar = tqdm(total=len(prompts) * args.repeat * len(modes), desc="benchmark", unit="run",
-               file=sys.stderr, disable=not sys.stderr.isatty())
+    bar = tqdm(
+        total=len(prompts) * args.repeat * len(modes),
+        desc="benchmark",
+        unit="run",
+        file=sys.stderr,
+        disable=not sys.stderr.isatty(),
+    )
     for i, prompt in enumerate(prompts):
         tokens = model.tokenize(prompt.prompt)
         prompt_tokens[prompt.id] = tokens
         for rep in range(args.repeat):
-            order = modes[(i + rep) % len(modes):] + modes[: (i + rep) % len(modes)]
+            order = modes[(i + rep) % len(modes) :] + modes[: (i + rep) % len(modes)]
             for mode in order:
                 if mode == "pld":
                     assert pld is not None
@@ -134,8 +154,16 @@ def _fmt(v: Any, nd: int = 2) -> str:
     return "-" if v is None else f"{v:.{nd}f}" if isinstance(v, float) else str(v)
 
 
-def _report(command: str, args: argparse.Namespace, threads: int, model_name: str,
-            prompts: list, runs: list[Run], summary: dict[str, Any], modes: list[str]) -> str:
+def _report(
+    command: str,
+    args: argparse.Namespace,
+    threads: int,
+    model_name: str,
+    prompts: list,
+    runs: list[Run],
+    summary: dict[str, Any],
+    modes: list[str],
+) -> str:
     lines = [
         "# structspec benchmark",
         "",
@@ -149,7 +177,8 @@ def _report(command: str, args: argparse.Namespace, threads: int, model_name: st
         "",
         "## Summary",
         "",
-        "| mode | tok/s | e2e tok/s | vs greedy (aggregate) | vs greedy per prompt: median [p10, min] "
+        "| mode | tok/s | e2e tok/s | vs greedy (aggregate) "
+        "| vs greedy per prompt: median [p10, min] "
         "| vs pld (aggregate) | tokens/pass | acceptance | identical to greedy |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -170,33 +199,54 @@ def _report(command: str, args: argparse.Namespace, threads: int, model_name: st
             for base in ("greedy", "pld"):
                 s = summary["modes"][mode].get(f"aggregate_vs_{base}_per_repeat")
                 if s:
-                    lines.append(f"- {mode} vs {base}: {s['median']:.2f} [{s['min']:.2f}, {s['max']:.2f}]")
+                    lines.append(
+                        f"- {mode} vs {base}: {s['median']:.2f} [{s['min']:.2f}, {s['max']:.2f}]"
+                    )
     src = summary["modes"].get("structspec", {}).get("sources")
     if src:
-        lines += ["", "## Draft sources (structspec)", "",
-                  "| source | drafted | accepted | acceptance | share of accepted |",
-                  "| --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "## Draft sources (structspec)",
+            "",
+            "| source | drafted | accepted | acceptance | share of accepted |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for name, s in src.items():
-            lines.append(f"| {name} | {s['drafted']} | {s['accepted']} | {s['acceptance']:.2f} | "
-                         f"{s['share_of_accepted']:.2f} |")
+            lines.append(
+                f"| {name} | {s['drafted']} | {s['accepted']} | {s['acceptance']:.2f} | "
+                f"{s['share_of_accepted']:.2f} |"
+            )
     if "exactness" in summary:
-        lines += ["", "## Teacher-forced exactness",
-                  "",
-                  "Each emitted token checked against the argmax of its row with prompt + output "
-                  f"evaluated in one batch. Near-tie: below the argmax by at most 1.0 logit "
-                  "(batch-shape noise, FACTS.md); off: further.", "",
-                  "| mode | tokens | exact argmax | near-ties | off | worst gap |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "## Teacher-forced exactness",
+            "",
+            "Each emitted token checked against the argmax of its row with prompt + output "
+            "evaluated in one batch. Near-tie: below the argmax by at most 1.0 logit "
+            "(batch-shape noise, FACTS.md); off: further.",
+            "",
+            "| mode | tokens | exact argmax | near-ties | off | worst gap |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for mode, e in summary["exactness"].items():
             total = e["exact"] + e["near_tie"] + e["off"]
-            lines.append(f"| {mode} | {total} | {e['exact']} | {e['near_tie']} | {e['off']} | "
-                         f"{e['worst_gap']:.3f} |")
-    lines += ["", "## Per prompt", "",
-              "| prompt | " + " | ".join(f"{m} tok/s" for m in modes)
-              + (" | structspec / greedy" if {"structspec", "greedy"} <= set(modes) else "")
-              + " |",
-              "| --- | " + " | ".join("---" for _ in modes)
-              + (" | ---" if {"structspec", "greedy"} <= set(modes) else "") + " |"]
+            lines.append(
+                f"| {mode} | {total} | {e['exact']} | {e['near_tie']} | {e['off']} | "
+                f"{e['worst_gap']:.3f} |"
+            )
+    lines += [
+        "",
+        "## Per prompt",
+        "",
+        "| prompt | "
+        + " | ".join(f"{m} tok/s" for m in modes)
+        + (" | structspec / greedy" if {"structspec", "greedy"} <= set(modes) else "")
+        + " |",
+        "| --- | "
+        + " | ".join("---" for _ in modes)
+        + (" | ---" if {"structspec", "greedy"} <= set(modes) else "")
+        + " |",
+    ]
     by: dict[tuple[str, str], list[float]] = {}
     for r in runs:
         by.setdefault((r.prompt_id, r.mode), []).append(r.decode_tps)
@@ -211,8 +261,14 @@ def _report(command: str, args: argparse.Namespace, threads: int, model_name: st
     return "\n".join(lines)
 
 
-def _write_json(path: str, command: str, prompts: list, prompt_tokens: dict[str, list[int]],
-                runs: list[Run], summary: dict[str, Any]) -> None:
+def _write_json(
+    path: str,
+    command: str,
+    prompts: list,
+    prompt_tokens: dict[str, list[int]],
+    runs: list[Run],
+    summary: dict[str, Any],
+) -> None:
     data = {
         "command": command,
         "summary": summary,
@@ -222,12 +278,22 @@ def _write_json(path: str, command: str, prompts: list, prompt_tokens: dict[str,
                 "prompt": p.prompt,
                 "prompt_tokens": prompt_tokens[p.id],
                 "runs": [
-                    {"mode": r.mode, "repeat": r.repeat, "tokens": r.tokens,
-                     "seconds": r.seconds, "decode_seconds": r.decode_seconds,
-                     "decode_tps": r.decode_tps, "passes": r.passes, "drafted": r.drafted,
-                     "accepted": r.accepted,
-                     "sources": {k: {"drafted": d, "accepted": a} for k, (d, a) in r.sources.items()}}
-                    for r in runs if r.prompt_id == p.id
+                    {
+                        "mode": r.mode,
+                        "repeat": r.repeat,
+                        "tokens": r.tokens,
+                        "seconds": r.seconds,
+                        "decode_seconds": r.decode_seconds,
+                        "decode_tps": r.decode_tps,
+                        "passes": r.passes,
+                        "drafted": r.drafted,
+                        "accepted": r.accepted,
+                        "sources": {
+                            k: {"drafted": d, "accepted": a} for k, (d, a) in r.sources.items()
+                        },
+                    }
+                    for r in runs
+                    if r.prompt_id == p.id
                 ],
             }
             for p in prompts
@@ -242,8 +308,18 @@ def _write_trace(path: str, runs: list[Run]) -> None:
         w.writerow(["prompt", "mode", "repeat", "pass", "source", "drafted", "accepted", "ms"])
         for r in runs:
             for t in r.trace:
-                w.writerow([r.prompt_id, r.mode, r.repeat, t.index, t.source, t.drafted,
-                            t.accepted, f"{t.ms:.3f}"])
+                w.writerow(
+                    [
+                        r.prompt_id,
+                        r.mode,
+                        r.repeat,
+                        t.index,
+                        t.source,
+                        t.drafted,
+                        t.accepted,
+                        f"{t.ms:.3f}",
+                    ]
+                )
 
 
 def _run_editor(args: argparse.Namespace) -> int:

@@ -69,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
             "tokens_per_second": round(s.tokens / s.seconds, 2) if s.seconds else 0.0,
             "stop_reason": s.stop_reason,
             "mode": "greedy" if args.greedy else "structspec",
-            "sources": {k: {"drafted": v.drafted, "accepted": v.accepted}
-                        for k, v in s.by_source().items()},
+            "sources": {
+                k: {"drafted": v.drafted, "accepted": v.accepted} for k, v in s.by_source().items()
+            },
             "warnings": result.warnings,
         }
         print(json.dumps(out))

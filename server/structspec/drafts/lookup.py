@@ -78,7 +78,8 @@ class LookupSource:
             self._own = _BigramIndex()
             self._generation = ctx.generation
         self._own.extend(toks)
-        best_len, best_seq, best_pos = 0, toks, -1
+        best_len, best_pos = 0, -1
+        best_seq: Sequence[int] = toks
         key = (toks[-2], toks[-1])
         searches: list[tuple[Sequence[int], _BigramIndex]] = [(toks, self._own)]
         searches += [(seq, self._index_for(seq)) for seq in ctx.corpus if len(seq) > 2]

@@ -143,26 +143,34 @@ class AdaptiveKController:
             self._hits[key] = [0.0] * self.max_k
         return self._trials[key], self._hits[key]
 
-    def _prior(self, key: str, i: int) -> float:
+    def probs(self, key: str, k: int) -> list[float]:
+        """Estimated acceptance of draft positions ``0..k-1`` for ``key``.
+
+        Each position's prior is the estimate of the position before it (a
+        draft that has been right so far tends to stay right), so positions
+        never drafted yet do not look worse than the ones that were; position
+        0 starts from the key's prior, or its source's estimate for a tier.
+        """
+        k = min(k, self.max_k)
+        trials, hits = self._trials.get(key), self._hits.get(key)
         source, _, tier = key.partition(":")
         if key in self.priors:
-            return self.priors[key]
-        if tier:
-            return self.prob(source, i)
-        return self.priors.get(source, self.default_prior)
+            prior = self.priors[key]
+        elif tier:
+            prior = self.probs(source, 1)[0] if k else 0.0
+        else:
+            prior = self.priors.get(source, self.default_prior)
+        w = self.prior_weight
+        out: list[float] = []
+        for i in range(k):
+            if trials is not None and hits is not None:
+                prior = (hits[i] + prior * w) / (trials[i] + w)
+            out.append(prior)
+        return out
 
     def prob(self, key: str, i: int) -> float:
         """Estimated acceptance of draft position ``i`` (0-based) for ``key``."""
-        i = min(i, self.max_k - 1)
-        trials, hits = self._trials.get(key), self._hits.get(key)
-        prior = self._prior(key, i)
-        if trials is None or hits is None:
-            return prior
-        w = self.prior_weight
-        return (hits[i] + prior * w) / (trials[i] + w)
-
-    def probs(self, key: str, k: int) -> list[float]:
-        return [self.prob(key, i) for i in range(min(k, self.max_k))]
+        return self.probs(key, min(i, self.max_k - 1) + 1)[-1]
 
     def observe(self, key: str, drafted: int, accepted: int) -> None:
         """Positions ``< accepted`` succeeded, position ``accepted`` failed, the rest unseen."""
@@ -251,7 +259,7 @@ class DraftPlanner:
     def plan(
         self, ctx: DraftContext, sources: Sequence[DraftSource], limit: int, margin: float
     ) -> Plan | None:
-        """The draft worth verifying next, at most ``limit`` tokens, or ``None`` for a plain step."""
+        """The draft worth verifying next (at most ``limit`` tokens), or ``None``: a plain step."""
         limit = min(limit, self.cost.max_rows - 1)
         if limit <= 0:
             return None

@@ -82,7 +82,10 @@ def accepted_length(draft: Sequence[int], argmax: Sequence[int]) -> int:
 
 
 def valid_prefix(draft: tuple[int, ...], n_vocab: int) -> tuple[int, ...]:
-    """``draft`` up to its first token outside the vocabulary (a source's bug must not reach the model)."""
+    """``draft`` up to its first token outside the vocabulary.
+
+    A source's bug must not reach the model.
+    """
     for i, tok in enumerate(draft):
         if not 0 <= tok < n_vocab:
             return draft[:i]
@@ -190,7 +193,9 @@ class Generation:
             if bos is None:
                 raise EngineError("the prompt is empty and the model has no BOS token")
             prompt_tokens = [bos]
-        prompt, dropped, max_tokens = fit_prompt(prompt_tokens, model.n_ctx, options.max_tokens, bos)
+        prompt, dropped, max_tokens = fit_prompt(
+            prompt_tokens, model.n_ctx, options.max_tokens, bos
+        )
         self.engine = engine
         self.options = options
         self.max_tokens = max_tokens
@@ -263,7 +268,9 @@ class Generation:
             model.truncate(base + 1 + m)
             t_done = time.perf_counter()
             stats.draft_ms += (t_verify - t_plan) * 1000.0
-            stats.record_pass(plan.draft.key if plan else "", len(draft), m, (t_done - t_verify) * 1000.0)
+            stats.record_pass(
+                plan.draft.key if plan else "", len(draft), m, (t_done - t_verify) * 1000.0
+            )
             if plan is not None and planner is not None:
                 planner.observe(plan, m, margin)
                 self._feedback(plan.draft, m)

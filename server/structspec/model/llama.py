@@ -19,6 +19,7 @@ re-evaluates neither.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -132,7 +133,7 @@ class _Margins(Sequence[float]):
     def __len__(self) -> int:
         return len(self._argmax)
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if self._model._decode_id != self._decode_id:
@@ -203,7 +204,9 @@ class LlamaModel:
         mparams.n_gpu_layers = 0
         model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
         if not model:
-            raise ModelError(f"llama.cpp could not load the model file {p} (corrupt or unsupported)")
+            raise ModelError(
+                f"llama.cpp could not load the model file {p} (corrupt or unsupported)"
+            )
         n_train = llama_cpp.llama_model_n_ctx_train(model)
         if n_train > 0:
             n_ctx = min(n_ctx, n_train)
@@ -233,10 +236,8 @@ class LlamaModel:
         self._llama.llama_model_free(self._model)
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     # -- metadata ----------------------------------------------------------
     def metadata(self, key: str) -> str | None:
@@ -432,14 +433,17 @@ class LlamaModel:
         cost = self._measure_cost()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"model": str(self.path), "threads": self.threads,
-                                        "ms": list(cost.ms)}))
+            path.write_text(
+                json.dumps({"model": str(self.path), "threads": self.threads, "ms": list(cost.ms)})
+            )
         except OSError:
             pass  # no cache: measured again next time
         return cost
 
     def _measure_cost(self) -> CostModel:
-        text = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
+        text = (
+            "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
+        )
         context = self.tokenize(text * 12)[:400]
         probe = self.tokenize(text * 2, add_bos=False)[:16]
         self.prefill(context)
@@ -457,13 +461,24 @@ def _cost_cache_path(model: LlamaModel) -> Path:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
+            cpu = next(
+                (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu
+            )
     except OSError:
         pass
     import llama_cpp
 
-    key = json.dumps([model.path.name, st.st_size, int(st.st_mtime), model.threads,
-                      os.cpu_count(), cpu, llama_cpp.__version__])
+    key = json.dumps(
+        [
+            model.path.name,
+            st.st_size,
+            int(st.st_mtime),
+            model.threads,
+            os.cpu_count(),
+            cpu,
+            llama_cpp.__version__,
+        ]
+    )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "structspec" / "cost" / f"{digest}.json"
