@@ -217,10 +217,10 @@ def summarize(runs: Sequence[Run], modes: Sequence[str]) -> dict[str, Any]:
             m[f"ratio_vs_{base}"] = spread(ratios)
             per_repeat: list[float] = []
             for rep in sorted({r.repeat for r in rs}):
-                a = _aggregate_tps([r for r in rs if r.repeat == rep])
-                b = _aggregate_tps([r for r in runs if r.mode == base and r.repeat == rep])
-                if a and b:
-                    per_repeat.append(a / b)
+                tps = _aggregate_tps([r for r in rs if r.repeat == rep])
+                tps_base = _aggregate_tps([r for r in runs if r.mode == base and r.repeat == rep])
+                if tps and tps_base:
+                    per_repeat.append(tps / tps_base)
             m[f"aggregate_vs_{base}_per_repeat"] = spread(per_repeat)
         if mode != "greedy" and "greedy" in modes:
             same = sum(

@@ -28,6 +28,7 @@ import platform
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -133,7 +134,7 @@ class _Margins(Sequence[float]):
     def __len__(self) -> int:
         return len(self._argmax)
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+    def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if self._model._decode_id != self._decode_id:
