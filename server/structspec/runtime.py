@@ -30,12 +30,19 @@ def _stderr(message: str) -> None:
 #: Acceptance priors per source key, before anything is observed. A tier
 #: unknown here borrows its source's running estimate.
 PRIORS: dict[str, float] = {
-    "lookup": 0.55,
-    "lookup:m2": 0.35,
-    "lookup:m3": 0.5,
-    "lookup:m4": 0.6,
-    "lookup:m6": 0.7,
-    "lookup:m8": 0.8,
+    # lookup tiers: first-token acceptance measured on HumanEval greedy outputs
+    # of the default model (see drafts/lookup.py); "x": a conflicting occurrence
+    "lookup": 0.7,
+    "lookup:m2": 0.6,
+    "lookup:m3": 0.75,
+    "lookup:m4": 0.8,
+    "lookup:m6": 0.9,
+    "lookup:m8": 0.95,
+    "lookup:m2x": 0.45,
+    "lookup:m3x": 0.4,
+    "lookup:m4x": 0.35,
+    "lookup:m6x": 0.6,
+    "lookup:m8x": 0.65,
     "rules": 0.6,
     "python": 0.7,
     "ast": 0.75,
