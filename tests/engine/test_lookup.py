@@ -50,3 +50,11 @@ def test_incremental_index_and_reset_per_generation():
 def test_respects_max_tokens():
     d = LookupSource().propose(ctx([1, 2, 3, 4, 5, 6, 7, 1, 2], max_tokens=2))
     assert d is not None and d.tokens == (3, 4)
+
+
+def test_conflicting_occurrence_marks_the_tier():
+    # 1 2 3 was followed by 4 once and by 9 once: the most recent wins, tier says conflict
+    d = LookupSource().propose(ctx([1, 2, 3, 4, 0, 1, 2, 3, 9, 0, 1, 2, 3]))
+    assert d is not None and d.tokens[0] == 9 and d.tier == "m4x"
+    d = LookupSource().propose(ctx([1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3]))
+    assert d is not None and d.tier == "m8"  # both earlier occurrences agree
