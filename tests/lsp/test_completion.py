@@ -312,3 +312,21 @@ def test_max_latency_stops_at_the_next_newline():
     r = run(scenario())
     # Block mode, but the budget ran out: at most the line being written.
     assert r is None or "\n" not in r.text
+
+
+def test_same_cursor_requests_share_one_generation():
+    """An editor asking for inline and menu completion at once gets one generation."""
+
+    async def scenario():
+        model = SlowStandIn(delay=0.005)
+        svc, _ = make_service(model)
+        svc.open_document("u", "python", 1, "a = 1\nb = ")
+        r1, r2 = await asyncio.gather(
+            svc.complete(CompletionRequest("u", 1, 4)), svc.complete(CompletionRequest("u", 1, 4))
+        )
+        svc.close()
+        return r1, r2, len(model.prefills), svc.stats
+
+    r1, r2, prefills, stats = run(scenario())
+    assert r1 is not None and r2 is not None and r1.id == r2.id and r1.text == r2.text
+    assert prefills == 1 and stats.shown == 1

@@ -127,7 +127,7 @@ class _Job:
     """One request's work for the worker thread (immutable inputs + a cancel flag)."""
 
     __slots__ = ("session", "uri", "text", "offset", "language", "ctx", "settings", "others",
-                 "t0", "_cancelled")
+                 "t0", "waiters", "_cancelled")
 
     def __init__(
         self,
@@ -150,6 +150,7 @@ class _Job:
         self.settings = settings
         self.others = others
         self.t0 = t0
+        self.waiters = 0  # requests awaiting this job
         self._cancelled = threading.Event()
 
     def cancel(self) -> None:
@@ -164,6 +165,7 @@ class _Outcome:
     text: str | None = None
     stats: GenerationStats | None = None
     cancelled: bool = False
+    id: str | None = None  # the suggestion's id once it is shown
 
 
 @dataclass
@@ -173,6 +175,7 @@ class _Session:
     cut: int | None = None
     pending: PendingSuggestion | None = None
     job: _Job | None = None
+    task: asyncio.Future[_Outcome] | None = None
 
 
 def _default_open_model(spec: str, **kwargs: Any) -> Model:
@@ -339,8 +342,11 @@ class CompletionService:
     async def complete(self, request: CompletionRequest) -> Suggestion | None:
         """A suggestion at the request's cursor, or ``None``.
 
-        Raises ``asyncio.CancelledError`` when the awaiting task is cancelled
-        (the generation is stopped too).
+        A request for the same text and cursor as the one in flight (an
+        editor asking for inline and menu completion at once) shares its
+        generation; any other request for the document cancels it. Raises
+        ``asyncio.CancelledError`` when the awaiting task is cancelled (the
+        generation stops too once no request waits for it).
         """
         self._bind_loop()
         t0 = time.perf_counter()
@@ -354,15 +360,24 @@ class CompletionService:
             self.stats.empty += 1
             return None
         session = self._sessions.setdefault(request.uri, _Session())
-        if session.job is not None:
-            session.job.cancel()
-            session.job = None
         enc = self.documents.encoding
         text = doc.text
         offset = doc.offset_at(request.line, request.character, enc)
         ctx = CursorContext.at(text, offset)
 
-        if session.pending is not None:
+        job, task = session.job, session.task
+        shared = (
+            job is not None
+            and task is not None
+            and not job.cancelled()
+            and job.text is text
+            and job.offset == offset
+        )
+        if not shared and job is not None:
+            job.cancel()
+            session.job = session.task = None
+
+        if not shared and session.pending is not None:
             rest = session.pending.rest_at(text, offset)
             if rest is not None:
                 self.stats.served_from_cache += 1
@@ -373,43 +388,56 @@ class CompletionService:
                 )
             session.pending = None
 
-        others = [
-            DocumentSnapshot(d.uri, d.version, d.text)
-            for uri in self._recent
-            if uri != request.uri and (d := self.documents.get(uri)) is not None
-        ]
-        job = _Job(session, request.uri, text, offset, doc.language, ctx, settings, others, t0)
-        session.job = job
+        if not shared:
+            others = [
+                DocumentSnapshot(d.uri, d.version, d.text)
+                for uri in self._recent
+                if uri != request.uri and (d := self.documents.get(uri)) is not None
+            ]
+            job = _Job(session, request.uri, text, offset, doc.language, ctx, settings, others, t0)
+            task = asyncio.ensure_future(self._execute(job, request.invoked))
+            session.job, session.task = job, task
+        assert job is not None and task is not None
+        job.waiters += 1
         try:
-            if settings.debounce_ms > 0 and not request.invoked:
-                await asyncio.sleep(settings.debounce_ms / 1000.0)
-                if job.cancelled():
-                    self.stats.empty += 1
-                    return None
-            outcome = await self._submit(job)
+            outcome = await asyncio.shield(task)
         except asyncio.CancelledError:
-            job.cancel()
+            job.waiters -= 1
+            if job.waiters == 0:
+                job.cancel()  # nobody waits any more: stop between passes
             self.stats.cancelled += 1
             raise
-        finally:
-            if session.job is job:
-                session.job = None
-        if outcome.stats is not None and not outcome.cancelled:
-            st = outcome.stats
-            self.stats.record_generation(st.tokens, st.seconds, st.prefill_ms, st.decode_ms)
-        if outcome.text is None or job.cancelled():
+        job.waiters -= 1
+        if session.job is job and task.done():
+            session.job = session.task = None
+        if outcome.text is None or outcome.id is None or job.cancelled():
             self.stats.empty += 1
-            self._emit_status()
             return None
         latency = (time.perf_counter() - t0) * 1000.0
         self.stats.record_latency(latency)
-        suggestion_id = f"s{next(self._ids)}"
-        self.stats.record_shown(suggestion_id, len(outcome.text))
-        session.pending = PendingSuggestion.at(suggestion_id, text, offset, outcome.text)
-        self._emit_status()
         return self._suggestion(
-            suggestion_id, doc, text, offset, ctx, outcome.text, "model", latency, outcome.stats
+            outcome.id, doc, text, offset, ctx, outcome.text, "model", latency, outcome.stats
         )
+
+    async def _execute(self, job: _Job, invoked: bool) -> _Outcome:
+        """Debounce, generate in the worker, and record the outcome (once per job)."""
+        debounce = job.settings.debounce_ms
+        if debounce > 0 and not invoked:
+            await asyncio.sleep(debounce / 1000.0)
+            if job.cancelled():
+                return _Outcome(cancelled=True)
+        outcome = await self._submit(job)
+        if outcome.stats is not None and not outcome.cancelled:
+            st = outcome.stats
+            self.stats.record_generation(st.tokens, st.seconds, st.prefill_ms, st.decode_ms)
+        if outcome.text is not None and not job.cancelled():
+            outcome.id = f"s{next(self._ids)}"
+            self.stats.record_shown(outcome.id, len(outcome.text))
+            job.session.pending = PendingSuggestion.at(
+                outcome.id, job.text, job.offset, outcome.text
+            )
+        self._emit_status()
+        return outcome
 
     async def _submit(self, job: _Job) -> _Outcome:
         try:
