@@ -222,6 +222,7 @@ class CompletionService:
         self._ids = itertools.count(1)
         self._busy = 0
         self._closed = False
+        self._released: threading.Event | None = None
         self._state = IDLE
         self._message = ""
         # Worker-thread state.
@@ -291,29 +292,32 @@ class CompletionService:
             self._set_state(IDLE, "")
 
     def close(self) -> None:
-        """Cancel everything in flight and let the worker wind down."""
+        """Cancel everything in flight; the worker then releases the model and ends."""
+        if self._closed:
+            return
         self._closed = True
         for session in self._sessions.values():
             if session.job is not None:
                 session.job.cancel()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-    def join(self, timeout: float = 10.0) -> None:
-        """Wait for the worker to finish (releases the model)."""
-        done = threading.Event()
+        self._released = threading.Event()
+        released = self._released
 
         def _release() -> None:
             model, self._model, self._engine = self._model, None, None
             close = getattr(model, "close", None)
-            if callable(close):
-                close()
-            done.set()
+            try:
+                if callable(close):
+                    close()
+            finally:
+                released.set()
 
-        try:
-            self._executor.submit(_release)
-        except RuntimeError:
-            return
-        done.wait(timeout)
+        # Queued jobs see their cancel flag (or ``_closed``) and return at once.
+        self._executor.submit(_release)
+        self._executor.shutdown(wait=False)
+
+    def join(self, timeout: float = 10.0) -> bool:
+        """After ``close``: wait until the worker released the model."""
+        return self._released.wait(timeout) if self._released is not None else False
 
     @property
     def model_name(self) -> str:
@@ -542,6 +546,8 @@ class CompletionService:
         self._call_soon(self._message_user, "info", message)
 
     def _warm(self, settings: Settings) -> str | None:
+        if self._closed:
+            return None
         try:
             self._engine_for(settings)
         except ModelError as exc:
@@ -614,7 +620,7 @@ class CompletionService:
         return engine, warnings
 
     def _run(self, job: _Job) -> _Outcome:
-        if job.cancelled():
+        if job.cancelled() or self._closed:
             return _Outcome(cancelled=True)
         try:
             engine = self._engine_for(job.settings)
