@@ -183,3 +183,10 @@ def test_json_shown_from_its_middle() -> None:
     s = lex("json", '  "a",\n  "b",\n  "')
     assert s.stack[0].closer == "]" and s.string_role == VALUE
     assert {"a", "b"} <= s.strings
+
+
+def test_warm_up_compiles_every_grammar_query() -> None:
+    from structspec.syntax.shadow import warm_up
+
+    assert set(warm_up(["python", "json"])) == {"python", "json"}
+    assert "sql" in warm_up()

@@ -170,6 +170,20 @@ def _queries(lang: LanguageSpec) -> tuple[Any | None, Any]:
     return hit
 
 
+def warm_up(names: list[str] | None = None) -> list[str]:
+    """Compile the queries of ``names`` (all languages with a grammar by default) now,
+    rather than on the first draft in that language (a large grammar's query takes
+    a noticeable time: tree-sitter-sql's about half a second). Returns those compiled."""
+    from structspec.syntax.table import load_table
+
+    done = []
+    for name, lang in load_table().languages.items():
+        if (names is None or name in names) and lang.grammar() is not None:
+            _queries(lang)
+            done.append(name)
+    return done
+
+
 def _inside_error(node: Any) -> bool:
     """Whether an ancestor is an ERROR too (the outermost one is what counts)."""
     parent = node.parent
