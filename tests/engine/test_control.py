@@ -128,3 +128,13 @@ def test_planner_respects_limit():
     plan = planner.plan(ctx, [Fixed("good", [4] * 15)], 3, 5.0)
     assert plan is not None and len(plan.draft.tokens) == 3
     assert planner.plan(ctx, [Fixed("good", [4] * 15)], 0, 5.0) is None
+
+
+def test_declined_key_drifts_back_to_its_prior():
+    c = AdaptiveKController({"s": 0.8}, forget_decay=0.9)
+    for _ in range(30):
+        c.observe("s", drafted=1, accepted=0)
+    low = c.prob("s", 0)
+    for _ in range(100):
+        c.forget("s")
+    assert low < 0.2 < 0.75 < c.prob("s", 0)

@@ -126,13 +126,15 @@ class AdaptiveKController:
         *,
         default_prior: float = 0.5,
         prior_weight: float = 3.0,
-        decay: float = 0.98,
+        decay: float = 0.95,
+        forget_decay: float = 0.99,
         max_k: int = MAX_ROWS - 1,
     ) -> None:
         self.priors = dict(priors or {})
         self.default_prior = default_prior
         self.prior_weight = prior_weight
         self.decay = decay
+        self.forget_decay = forget_decay
         self.max_k = max_k
         self._trials: dict[str, list[float]] = {}
         self._hits: dict[str, list[float]] = {}
@@ -171,6 +173,20 @@ class AdaptiveKController:
     def prob(self, key: str, i: int) -> float:
         """Estimated acceptance of draft position ``i`` (0-based) for ``key``."""
         return self.probs(key, min(i, self.max_k - 1) + 1)[-1]
+
+    def forget(self, key: str) -> None:
+        """A draft of ``key`` was declined: drift its estimate back towards the prior.
+
+        Without this a key whose estimate fell below the break-even point would
+        never be drafted again, so never observed again, and stay low forever;
+        drifting back lets it be tried again once in a while.
+        """
+        trials, hits = self._trials.get(key), self._hits.get(key)
+        if trials is None or hits is None:
+            return
+        for i in range(self.max_k):
+            trials[i] *= self.forget_decay
+            hits[i] *= self.forget_decay
 
     def observe(self, key: str, drafted: int, accepted: int) -> None:
         """Positions ``< accepted`` succeeded, position ``accepted`` failed, the rest unseen."""
@@ -272,7 +288,10 @@ class DraftPlanner:
                 continue
             tokens = draft.tokens[:limit]
             k, gain = self.cost.best_k(self.controller.probs(draft.key, len(tokens)), scale)
-            if k == 0 or gain <= self.min_gain or (best is not None and gain <= best.gain):
+            if k == 0 or gain <= self.min_gain:
+                self.controller.forget(draft.key)
+                continue
+            if best is not None and gain <= best.gain:
                 continue
             # Pad to the cheapest row count the draft can fill: free extra guesses.
             rows = min(self.cost.padded_rows(k + 1), len(tokens) + 1)
