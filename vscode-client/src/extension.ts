@@ -38,6 +38,7 @@ import {
 import {
   changeAction,
   findExecutable,
+  MACHINE_SETTINGS,
   modelFilePath,
   readSettings,
   SECTION,
@@ -95,6 +96,20 @@ function isExecutableFile(candidate: string): boolean {
   }
 }
 
+/**
+ * Open the settings editor at `key`. Paths (serverPath, pythonPath, model) are
+ * machine settings: in a remote window (code-server, SSH) they live in the
+ * Remote tab, where the User tab would show "No Settings Found".
+ */
+function openSetting_(key: string): void {
+  const name = key.startsWith(`${SECTION}.`) ? key.slice(SECTION.length + 1) : key;
+  if (vscode.env.remoteName !== undefined && (MACHINE_SETTINGS as readonly string[]).includes(name)) {
+    void vscode.commands.executeCommand('workbench.action.openRemoteSettings', { query: key });
+  } else {
+    void vscode.commands.executeCommand('workbench.action.openSettings', key);
+  }
+}
+
 function workspaceCwd(): string | undefined {
   const folder = vscode.workspace.workspaceFolders?.find((f) => f.uri.scheme === 'file');
   return folder?.uri.fsPath;
@@ -113,6 +128,11 @@ class Controller implements vscode.Disposable {
   private displayState: DisplayState = 'stopped';
   private displayDetail: string | undefined;
   private spawnError: Error | undefined;
+  /** The running server process and a promise settled when it ends. */
+  private child: ChildProcess | undefined;
+  private childEnded: Promise<void> = Promise.resolve();
+  /** Clients whose end was already handled (the library and start() may both report it). */
+  private readonly gone = new WeakSet<StructspecClient>();
   private lastSettingsErrors = '';
   /** Start/stop/restart run one at a time, in order. */
   private queue: Promise<void> = Promise.resolve();
@@ -162,7 +182,7 @@ class Controller implements vscode.Disposable {
     const showLog = 'Show Log';
     void vscode.window.showErrorMessage(notice.message, openSetting, showLog).then((choice) => {
       if (choice === openSetting) {
-        void vscode.commands.executeCommand('workbench.action.openSettings', notice.setting);
+        openSetting_(notice.setting);
       } else if (choice === showLog) {
         this.output.show(true);
       }
@@ -236,14 +256,7 @@ class Controller implements vscode.Disposable {
     try {
       await client.start();
     } catch (err: unknown) {
-      // Closed-connection cases were already explained by the error handler.
-      if (this.client === client && this.displayState !== 'error') {
-        this.notify(startFailedNotice(err instanceof Error ? err.message : String(err)));
-      }
-      if (this.client === client) {
-        this.client = undefined;
-        await client.dispose().catch(() => undefined);
-      }
+      await this.serverGone(client, launch, settings, err);
       return;
     }
     if (this.displayState === 'starting') {
@@ -281,6 +294,11 @@ class Controller implements vscode.Disposable {
       stdio: ['pipe', 'pipe', 'pipe'],
       // Windows needs a shell for .cmd/.bat wrappers; nowhere else.
       shell: process.platform === 'win32' && /\.(cmd|bat)$/i.test(resolved),
+    });
+    this.child = child;
+    this.childEnded = new Promise<void>((resolve) => {
+      child.once('exit', () => resolve());
+      child.once('error', () => resolve());
     });
     child.on('error', (err) => {
       this.spawnError = err;
@@ -325,7 +343,13 @@ class Controller implements vscode.Disposable {
             ? { action: ErrorAction.Continue, handled: true }
             : { action: ErrorAction.Shutdown, handled: true };
         },
-        closed: (): CloseHandlerResult => this.onClosed(launch, settings),
+        // The controller restarts (bounded) and explains; the library never restarts.
+        closed: (): CloseHandlerResult => {
+          if (!this.stopping) {
+            void this.enqueue(() => this.serverGone(client, launch, settings));
+          }
+          return { action: CloseAction.DoNotRestart, handled: true };
+        },
       },
       initializationFailedHandler: (error: unknown): boolean => {
         this.output.error(`Initialization failed: ${error instanceof Error ? error.message : String(error)}`);
@@ -398,41 +422,50 @@ class Controller implements vscode.Disposable {
     return client;
   }
 
-  /** The server process ended without being asked to: explain it, maybe restart. */
-  private onClosed(launch: ServerLaunch, settings: ClientSettings): CloseHandlerResult {
-    if (this.stopping) {
-      return { action: CloseAction.DoNotRestart, handled: true };
+  /**
+   * The server ended without being asked to, or never finished starting:
+   * explain why once, and restart it a bounded number of times.
+   */
+  private async serverGone(client: StructspecClient, launch: ServerLaunch, settings: ClientSettings, startError?: unknown): Promise<void> {
+    if (this.stopping || this.gone.has(client)) {
+      return;
     }
-    const drop = (): CloseHandlerResult => {
-      const client = this.client;
+    this.gone.add(client);
+    if (this.client === client) {
       this.client = undefined;
-      if (client !== undefined) {
-        // Dispose after the library finished handling the close.
-        setTimeout(() => void client.dispose().catch(() => undefined), 0);
-      }
-      return { action: CloseAction.DoNotRestart, handled: true };
-    };
+    }
+    // Let the process finish writing stderr (the reason is often there).
+    await Promise.race([this.childEnded, new Promise((r) => setTimeout(r, 2000))]);
+    const child = this.child;
+    const stillRunning = child !== undefined && child.exitCode === null && child.signalCode === null && this.spawnError === undefined;
+    await client.dispose(2000).catch(() => undefined);
+    if (stillRunning) {
+      child.kill();
+    }
     if (this.spawnError !== undefined) {
       const code = (this.spawnError as NodeJS.ErrnoException).code;
-      if (code === 'ENOENT' || code === 'EACCES') {
-        this.notify(notFoundNotice(launch));
-      } else {
-        this.notify(startFailedNotice(this.spawnError.message));
-      }
-      return drop();
+      this.notify(code === 'ENOENT' || code === 'EACCES' ? notFoundNotice(launch) : startFailedNotice(this.spawnError.message));
+      return;
     }
     const modelLine = modelFailureLine(this.stderrTail.value);
     if (modelLine !== undefined) {
       this.notify(modelMissingNotice(String(settings.server.model ?? '(default model)'), modelLine));
-      return drop();
+      return;
+    }
+    if (stillRunning) {
+      // It runs but does not speak LSP on stdio: restarting will not help.
+      const detail = startError instanceof Error ? startError.message : String(startError ?? 'no answer');
+      this.notify(startFailedNotice(detail));
+      return;
     }
     if (this.budget.crashed(Date.now())) {
-      this.output.warn(`The language server stopped; restarting it (${this.budget.count}/${this.budget.maxRestarts})`);
+      const n = this.budget.count;
+      this.output.warn(`The language server stopped; restarting it (${n}/${this.budget.maxRestarts})`);
       this.setDisplay('starting');
-      return { action: CloseAction.Restart, handled: true };
+      setTimeout(() => void this.start(), 500 * n);
+      return;
     }
     this.notify(crashNotice(this.budget.count, this.stderrTail.value));
-    return drop();
   }
 
   private onStatus(params: unknown): void {

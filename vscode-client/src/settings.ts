@@ -57,6 +57,13 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
 /** Settings only the client reads; changing any of them needs a new process too. */
 export const CLIENT_SETTINGS = ['enable', 'serverPath', 'pythonPath', 'trace.server'] as const;
 
+/**
+ * Settings that name files on the machine running the server: scope
+ * `machine-overridable` in package.json (in a remote window they are set in
+ * the Remote tab).
+ */
+export const MACHINE_SETTINGS = ['serverPath', 'pythonPath', 'model'] as const;
+
 /** A value of a server setting after validation. */
 export type ServerValue = string | number | boolean | string[];
 

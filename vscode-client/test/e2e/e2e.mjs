@@ -11,86 +11,31 @@
 //   STRUCTSPEC_E2E_SERVER   structspec-lsp executable (default: found on PATH)
 //   STRUCTSPEC_E2E_MODEL    structspec.model setting (default: unset = the default model)
 //   STRUCTSPEC_E2E_TRIALS   measured completions (default 5)
-//   CODE_SERVER             code-server executable
-//                           (default: ~/.cache/structspec-vscode-e2e/code-server/node_modules/.bin/code-server)
-//   CHROMIUM                browser executable (default: /usr/bin/chromium)
-//   STRUCTSPEC_E2E_ARTIFACTS  where screenshots and logs go (default: <repo>/test-artifacts)
-//   STRUCTSPEC_E2E_KEEP=1   keep the temporary code-server directories
+//   and those of harness.mjs (CODE_SERVER, CHROMIUM, STRUCTSPEC_E2E_ARTIFACTS, ...)
 //
 // Exit status 0 when every check passed; the measurements are printed as
 // `keystroke-to-ghost-text ...` lines and written to vscode-e2e.json.
 
-import { spawn, execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import {
+  artifacts,
+  fail,
+  log,
+  openFile,
+  openSession,
+  repoRoot,
+  runCommand,
+  runMain,
+  statusBarText,
+  waitForStatusIcon,
+  which,
+} from './harness.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const clientDir = path.resolve(here, '..', '..');
-const repoRoot = path.resolve(clientDir, '..');
-const artifacts = path.resolve(process.env.STRUCTSPEC_E2E_ARTIFACTS ?? path.join(repoRoot, 'test-artifacts'));
-const vsix = path.join(clientDir, 'structspec.vsix');
-const codeServer =
-  process.env.CODE_SERVER ??
-  path.join(os.homedir(), '.cache', 'structspec-vscode-e2e', 'code-server', 'node_modules', '.bin', 'code-server');
-const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const trials = Math.max(1, Number(process.env.STRUCTSPEC_E2E_TRIALS ?? 5));
 const FIRST_TIMEOUT_MS = 180_000; // the first completion loads the model
 const GHOST_TIMEOUT_MS = 30_000;
-
-function log(message) {
-  process.stdout.write(`[e2e] ${message}\n`);
-}
-
-function fail(message) {
-  throw new Error(message);
-}
-
-function which(name) {
-  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
-    const candidate = path.join(dir, name);
-    try {
-      fs.accessSync(candidate, fs.constants.X_OK);
-      return candidate;
-    } catch {
-      // keep looking
-    }
-  }
-  return undefined;
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-async function waitForHttp(url, timeoutMs, proc) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (proc.exitCode !== null) {
-      fail(`code-server exited with ${proc.exitCode} before serving ${url}`);
-    }
-    try {
-      const res = await fetch(url);
-      if (res.status < 500) {
-        return;
-      }
-    } catch {
-      // not up yet
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  fail(`code-server did not answer at ${url} within ${timeoutMs} ms`);
-}
 
 /** The file the test types into, and the functions it writes, one per trial. */
 const INITIAL = `import math
@@ -172,16 +117,6 @@ async function renderedGhost(page) {
   });
 }
 
-async function statusBarText(page) {
-  return page.evaluate(() => {
-    const items = [...document.querySelectorAll('.statusbar-item')];
-    const item = items.find((el) => (el.textContent ?? '').includes('structspec') || (el.getAttribute('aria-label') ?? '').includes('structspec'));
-    if (!item) return undefined;
-    const icons = [...item.querySelectorAll('.codicon')].map((el) => [...el.classList].find((c) => c.startsWith('codicon-') && c !== 'codicon-modifier-spin') ?? '');
-    return { text: (item.textContent ?? '').trim(), icons };
-  });
-}
-
 async function waitForProbe(page, timeoutMs) {
   const handle = await page.waitForFunction(
     () => {
@@ -225,11 +160,7 @@ async function saveAndRead(page, file, previous) {
 /** Drop unsaved edits (File: Revert File) and wait until the editor shows `saved` again. */
 async function revertFile(page, file, saved) {
   await clearGhost(page).catch(() => undefined);
-  await page.keyboard.press('F1');
-  await page.waitForSelector('.quick-input-widget input', { state: 'visible', timeout: 15_000 });
-  await page.keyboard.type('File: Revert File');
-  await page.waitForSelector('.quick-input-list .monaco-list-row', { timeout: 15_000 });
-  await page.keyboard.press('Enter');
+  await runCommand(page, 'File: Revert File');
   await page.waitForSelector('.tab.active.dirty', { state: 'detached', timeout: 15_000 }).catch(() => undefined);
   if (fs.readFileSync(file, 'utf8') !== saved) fail('the file on disk changed while reverting');
   await page.locator('.monaco-editor .view-lines').first().click();
@@ -242,136 +173,25 @@ function median(xs) {
 }
 
 async function main() {
-  fs.mkdirSync(artifacts, { recursive: true });
-  if (!fs.existsSync(vsix)) fail(`${vsix} is missing: run "npm run package" first`);
-  if (!fs.existsSync(codeServer)) fail(`code-server not found at ${codeServer} (set CODE_SERVER)`);
-  if (!fs.existsSync(chromiumPath)) fail(`chromium not found at ${chromiumPath} (set CHROMIUM)`);
   const server = process.env.STRUCTSPEC_E2E_SERVER ?? which('structspec-lsp');
   if (!server) fail('structspec-lsp is not on PATH (set STRUCTSPEC_E2E_SERVER)');
   const model = process.env.STRUCTSPEC_E2E_MODEL;
-
-  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'structspec-vscode-e2e-'));
-  const userData = path.join(tmp, 'user-data');
-  const extensions = path.join(tmp, 'extensions');
-  const workspace = path.join(tmp, 'workspace');
-  fs.mkdirSync(path.join(userData, 'User'), { recursive: true });
-  fs.mkdirSync(workspace, { recursive: true });
-  const file = path.join(workspace, 'circles.py');
-  fs.writeFileSync(file, INITIAL);
-  const settings = {
-    'security.workspace.trust.enabled': false,
-    'workbench.startupEditor': 'none',
-    'workbench.tips.enabled': false,
-    'workbench.enableExperiments': false,
-    'telemetry.telemetryLevel': 'off',
-    'update.mode': 'none',
-    'extensions.autoUpdate': false,
-    'extensions.autoCheckUpdates': false,
-    'extensions.ignoreRecommendations': true,
-    'chat.commandCenter.enabled': false,
-    // Keep the suggest widget out of the way: Tab must accept the ghost text.
-    'editor.quickSuggestions': { other: 'off', comments: 'off', strings: 'off' },
-    'editor.suggestOnTriggerCharacters': false,
-    'editor.wordBasedSuggestions': 'off',
-    'editor.inlineSuggest.enabled': true,
-    'editor.autoClosingBrackets': 'never',
-    'editor.autoClosingQuotes': 'never',
-    'editor.autoIndent': 'none',
-    'editor.minimap.enabled': false,
-    'files.autoSave': 'off',
-    'structspec.serverPath': server,
-    ...(model ? { 'structspec.model': model } : {}),
-    ...(process.env.STRUCTSPEC_E2E_TRACE === '1' ? { 'structspec.trace.server': 'verbose' } : {}),
-  };
-  fs.writeFileSync(path.join(userData, 'User', 'settings.json'), JSON.stringify(settings, null, 2));
-  const configFile = path.join(tmp, 'code-server.yaml');
-  fs.writeFileSync(configFile, 'auth: none\ncert: false\n');
-  const env = { ...process.env, XDG_CONFIG_HOME: path.join(tmp, 'config'), XDG_DATA_HOME: path.join(tmp, 'data') };
-
-  log(`installing ${path.relative(repoRoot, vsix)} into code-server ${execFileSync(codeServer, ['--version'], { env, encoding: 'utf8' }).split('\n')[0]}`);
-  execFileSync(codeServer, ['--config', configFile, '--user-data-dir', userData, '--extensions-dir', extensions, '--install-extension', vsix], {
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
+  const session = await openSession({
+    name: 'vscode',
+    settings: {},
+    machineSettings: { 'structspec.serverPath': server, ...(model ? { 'structspec.model': model } : {}) },
+    files: { 'circles.py': INITIAL },
   });
-  const installed = fs.readdirSync(extensions).filter((d) => d.startsWith('structspec.structspec-'));
-  if (installed.length !== 1) fail(`the extension did not install: ${fs.readdirSync(extensions).join(', ')}`);
-
-  const port = await freePort();
-  const csLog = fs.createWriteStream(path.join(artifacts, 'vscode-code-server.log'));
-  const cs = spawn(
-    codeServer,
-    [
-      '--config', configFile,
-      '--auth', 'none',
-      '--bind-addr', `127.0.0.1:${port}`,
-      '--disable-telemetry',
-      '--disable-update-check',
-      '--disable-workspace-trust',
-      ...(process.env.STRUCTSPEC_E2E_TRACE === '1' ? ['--log', 'trace'] : []),
-      '--user-data-dir', userData,
-      '--extensions-dir', extensions,
-      workspace,
-    ],
-    { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
-  );
-  cs.stdout.pipe(csLog);
-  cs.stderr.pipe(csLog);
-  let browser;
+  const { page, workspace } = session;
+  const file = path.join(workspace, 'circles.py');
   const results = { server, model: model ?? '(default)', trials: [] };
+  log(`server ${server}${model ? ` --model ${model}` : ' (default model)'}`);
   try {
-    await waitForHttp(`http://127.0.0.1:${port}/healthz`, 60_000, cs);
-    log(`code-server on port ${port}; server ${server}${model ? ` --model ${model}` : ' (default model)'}`);
-    browser = await chromium.launch({
-      executablePath: chromiumPath,
-      headless: true,
-      args: [
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
-    const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-    const page = await context.newPage();
-    page.on('pageerror', (err) => log(`page error: ${err.message}`));
-    await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(workspace)}`);
-    await page.waitForSelector('.monaco-workbench', { timeout: 60_000 });
-    // Folder trust: disabled above, but answer the dialog if a build shows it anyway.
-    const trust = page.getByRole('button', { name: /Yes, I trust the authors/i });
-    if (await trust.isVisible({ timeout: 3000 }).catch(() => false)) {
-      log('answering the workspace trust dialog');
-      await trust.click();
-    }
     await page.evaluate(installProbe);
-
-    // The extension is active once its status bar item exists.
-    await page.waitForFunction(
-      () => [...document.querySelectorAll('.statusbar-item')].some((el) => (el.getAttribute('aria-label') ?? el.textContent ?? '').includes('structspec')),
-      undefined,
-      { timeout: 60_000 },
-    );
     // Type only once the server is up: the inline provider is registered after initialize.
-    await page.waitForFunction(
-      () => [...document.querySelectorAll('.statusbar-item')].some((el) => el.querySelector('.codicon-sparkle') && (el.textContent ?? '').includes('structspec')),
-      undefined,
-      { timeout: FIRST_TIMEOUT_MS },
-    );
+    await waitForStatusIcon(page, 'codicon-sparkle', FIRST_TIMEOUT_MS);
     log(`status bar: ${JSON.stringify(await statusBarText(page))}`);
-
-    // Open the file with Quick Open.
-    await page.locator('.monaco-workbench').click({ position: { x: 640, y: 300 } });
-    await page.keyboard.press('Control+P');
-    await page.waitForSelector('.quick-input-widget input', { state: 'visible', timeout: 15_000 });
-    await page.keyboard.type('circles.py');
-    await page.waitForSelector('.quick-input-list .monaco-list-row', { timeout: 15_000 });
-    await page.keyboard.press('Enter');
-    await page.waitForSelector('.monaco-editor.focused .view-lines', { timeout: 30_000 });
-    await page.waitForFunction(() => (document.querySelector('.monaco-editor.focused .view-lines')?.textContent ?? '').includes('area_of_circle'), undefined, {
-      timeout: 30_000,
-    });
+    await openFile(page, 'circles.py', 'area_of_circle');
 
     // Each trial types a new function stub into the saved file, waits for the
     // ghost text, accepts it with Tab, saves, and checks the file on disk is
@@ -461,46 +281,11 @@ async function main() {
     fs.writeFileSync(path.join(artifacts, 'vscode-e2e.json'), JSON.stringify(results, null, 2));
     await page.screenshot({ path: path.join(artifacts, 'vscode-after-accept.png') });
   } catch (err) {
-    try {
-      const pages = browser?.contexts()[0]?.pages() ?? [];
-      if (pages[0]) await pages[0].screenshot({ path: path.join(artifacts, 'vscode-failure.png') });
-    } catch {
-      // best effort
-    }
+    await page.screenshot({ path: path.join(artifacts, 'vscode-failure.png') }).catch(() => undefined);
     throw err;
   } finally {
-    await browser?.close().catch(() => undefined);
-    try {
-      process.kill(-cs.pid, 'SIGTERM');
-    } catch {
-      // already gone
-    }
-    // Keep the extension host's logs (the structspec output channel) as an artifact.
-    try {
-      const logs = path.join(userData, 'logs');
-      for (const f of fs.readdirSync(logs, { recursive: true })) {
-        if (String(f).endsWith('structspec.log') || /\d-structspec\.log$/.test(String(f))) {
-          fs.copyFileSync(path.join(logs, String(f)), path.join(artifacts, 'vscode-structspec-output.log'));
-        }
-      }
-    } catch {
-      // no logs
-    }
-    if (process.env.STRUCTSPEC_E2E_KEEP !== '1') {
-      fs.rmSync(tmp, { recursive: true, force: true });
-    } else {
-      log(`kept ${tmp}`);
-    }
+    await session.close();
   }
 }
 
-main().then(
-  () => {
-    log('PASS');
-    process.exit(0);
-  },
-  (err) => {
-    process.stderr.write(`[e2e] FAIL: ${err instanceof Error ? err.message : String(err)}\n`);
-    process.exit(1);
-  },
-);
+runMain(main);

@@ -11,6 +11,7 @@ import {
   CLIENT_SETTINGS,
   expandHome,
   findExecutable,
+  MACHINE_SETTINGS,
   modelFilePath,
   readSettings,
   SERVER_SETTINGS,
@@ -52,6 +53,16 @@ describe('names mirror the server', () => {
     const keys = Object.keys(manifest.contributes.configuration.properties).sort();
     const expected = [...SERVER_SETTINGS.map((s) => s.key), ...CLIENT_SETTINGS].map((k) => `structspec.${k}`).sort();
     assert.deepEqual(keys, expected);
+  });
+
+  test('file paths are machine-overridable settings, the rest are not', () => {
+    const manifest = JSON.parse(fs.readFileSync(path.join(here, 'package.json'), 'utf8')) as {
+      contributes: { configuration: { properties: Record<string, { scope?: string }> } };
+    };
+    for (const [key, prop] of Object.entries(manifest.contributes.configuration.properties)) {
+      const machine = (MACHINE_SETTINGS as readonly string[]).includes(key.slice('structspec.'.length));
+      assert.equal(prop.scope === 'machine-overridable', machine, key);
+    }
   });
 
   test('integer bounds match the server bounds in config.py', () => {
