@@ -10,6 +10,9 @@ Requests are sequential (the next key is typed once the answer is in), so each
 latency is the server's alone. The first request of a run (a cold prefill of
 the whole prompt) is reported separately.
 
+The configurations below run as three servers side by side, typing in turn at
+each cursor point, so a busy phase of a shared machine hits all of them alike.
+
 The same replay runs against three server configurations, side by side:
 
 - ``structspec``: speculative decoding with prefix reuse (the defaults);
@@ -241,66 +244,82 @@ def _server_env() -> dict[str, str]:
     return env
 
 
-async def _replay(
-    name: str,
-    options: dict[str, Any],
-    points: Sequence[Point],
-    model: str,
-    threads: int,
-    per_point: int | None,
-    timeout_s: float,
-) -> ConfigResult:
-    result = ConfigResult(name)
-    client = StdioClient()
-    cmd = [sys.executable, "-m", "structspec.lsp", "--stdio", "--threads", str(threads)]
-    if model:
-        cmd += ["--model", model]
-    with tempfile.TemporaryFile() as stderr:
-        await client.start(cmd, _server_env(), stderr)
+class _Replay:
+    """One server configuration being replayed (a subprocess and its results)."""
+
+    def __init__(
+        self, name: str, options: dict[str, Any], model: str, threads: int,
+        per_point: int | None, timeout_s: float,
+    ) -> None:
+        self.name = name
+        self.options = options
+        self.model = model
+        self.threads = threads
+        self.per_point = per_point
+        self.timeout_s = timeout_s
+        self.result = ConfigResult(name)
+        self.client = StdioClient()
+        # The server's stderr, kept for the error message; closed in close().
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        self.opened: dict[str, int] = {}
+        self.count = 0
+
+    def failure(self, exc: BaseException) -> RuntimeError:
+        self.stderr.seek(0)
+        tail = self.stderr.read().decode("utf-8", "replace")[-2000:]
+        return RuntimeError(f"{self.name}: {exc}\n{tail}\n{self.client.messages[-5:]}")
+
+    async def start(self) -> None:
+        """Start the server and wait until its model is loaded (so loads never overlap)."""
+        cmd = [sys.executable, "-m", "structspec.lsp", "--stdio", "--threads", str(self.threads)]
+        if self.model:
+            cmd += ["--model", self.model]
+        await self.client.start(cmd, _server_env(), self.stderr)
+        await self.client.request(
+            "initialize",
+            {
+                "processId": os.getpid(),
+                "rootUri": None,
+                "capabilities": {"textDocument": {"inlineCompletion": {}}},
+                "initializationOptions": {**BASE_OPTIONS, **self.options},
+            },
+        )
+        self.client.notify("initialized", {})
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            status = await self.status()
+            if status.get("state") != "busy":
+                return
+            await asyncio.sleep(0.2)
+        raise TimeoutError("the model did not load in time")
+
+    async def status(self) -> dict[str, Any]:
+        result = await self.client.request(
+            "workspace/executeCommand", {"command": "structspec.status", "arguments": []}
+        )
+        return result if isinstance(result, dict) else {}
+
+    async def finish(self) -> None:
+        self.result.status = await self.status()
+
+    async def close(self) -> None:
         try:
-            await client.request(
-                "initialize",
-                {
-                    "processId": os.getpid(),
-                    "rootUri": None,
-                    "capabilities": {"textDocument": {"inlineCompletion": {}}},
-                    "initializationOptions": {**BASE_OPTIONS, **options},
-                },
-            )
-            client.notify("initialized", {})
-            await _type_through(client, result, points, per_point, timeout_s)
-            result.status = await client.request(
-                "workspace/executeCommand", {"command": "structspec.status", "arguments": []}
-            )
-        except Exception as exc:
-            stderr.seek(0)
-            tail = stderr.read().decode("utf-8", "replace")[-2000:]
-            raise RuntimeError(f"{name}: {exc}\n{tail}\n{client.messages[-5:]}") from exc
+            await self.client.close()
         finally:
-            await client.close()
-    return result
+            self.stderr.close()
 
-
-async def _type_through(
-    client: StdioClient,
-    result: ConfigResult,
-    points: Sequence[Point],
-    per_point: int | None,
-    timeout_s: float,
-) -> None:
-    """Type every point's text (only its first ``per_point`` characters when given)."""
-    opened: dict[str, int] = {}
-    count = 0
-    for index, point in enumerate(points):
-        version = opened.get(point.uri, 0) + 1
-        if point.uri not in opened:
+    async def type_point(self, index: int, point: Point) -> None:
+        """Type one point's text (only its first ``per_point`` characters when set)."""
+        client, result = self.client, self.result
+        version = self.opened.get(point.uri, 0) + 1
+        if point.uri not in self.opened:
+            language = "python" if point.uri.endswith(".py") else Path(point.uri).suffix[1:]
             client.notify(
                 "textDocument/didOpen",
                 {
                     "textDocument": {
-                        "uri": point.uri, "languageId": "python" if point.uri.endswith(".py")
-                        else Path(point.uri).suffix.lstrip("."),
-                        "version": version, "text": point.text,
+                        "uri": point.uri, "languageId": language, "version": version,
+                        "text": point.text,
                     }
                 },
             )
@@ -312,12 +331,10 @@ async def _type_through(
                     "contentChanges": [{"text": point.text}],
                 },
             )
-        opened[point.uri] = version
         column = _utf16_len(point.indent)
-        typed = point.typed if per_point is None else point.typed[:per_point]
+        typed = point.typed if self.per_point is None else point.typed[: self.per_point]
         for j, ch in enumerate(typed):
             version += 1
-            opened[point.uri] = version
             pos = {"line": point.line, "character": column}
             statuses = len(client.statuses)
             t0 = time.perf_counter()
@@ -338,10 +355,10 @@ async def _type_through(
                         "context": {"triggerKind": 2},
                     },
                 ),
-                timeout_s,
+                self.timeout_s,
             )
             ms = (time.perf_counter() - t0) * 1000.0
-            if count == 0:
+            if self.count == 0:
                 result.first_ms = ms
             else:
                 result.latencies_ms.append(ms)
@@ -351,7 +368,42 @@ async def _type_through(
                 result.keys.append((index, j))
             if answer and answer.get("items"):
                 result.suggestions += 1
-            count += 1
+            self.count += 1
+        self.opened[point.uri] = version
+
+
+async def _replay_all(
+    points: Sequence[Point], model: str, threads: int, per_point: int, timeout_s: float,
+    out: Out,
+) -> dict[str, ConfigResult]:
+    """Replay every configuration, interleaved point by point.
+
+    All servers stay up; at each point they type in turn, so slow phases of a
+    shared machine hit every configuration alike.
+    """
+    replays = [
+        _Replay(name, options, model, threads,
+                per_point if options.get("prefixReuse") is False else None, timeout_s)
+        for name, options in CONFIGS
+    ]
+    current = replays[0]
+    try:
+        for current in replays:
+            t0 = time.perf_counter()
+            await current.start()
+            out(f"  {current.name}: server ready in {time.perf_counter() - t0:.1f} s")
+        for index, point in enumerate(points):
+            for current in replays:
+                await current.type_point(index, point)
+        for current in replays:
+            await current.finish()
+    except Exception as exc:
+        raise current.failure(exc) from exc
+    finally:
+        for replay in replays:
+            with contextlib.suppress(Exception):
+                await replay.close()
+    return {r.name: r.result for r in replays}
 
 
 def run_editor_benchmark(
@@ -382,14 +434,9 @@ def run_editor_benchmark(
         f"editor replay: {len(files)} file(s), {len(points)} cursor points, {total} keystrokes "
         f"(no prefix reuse: the first {per_point} at each point); {threads} thread(s)"
     )
-    results: dict[str, ConfigResult] = {}
-    for name, options in CONFIGS:
-        limit = per_point if options.get("prefixReuse") is False else None
-        t0 = time.perf_counter()
-        results[name] = asyncio.run(
-            _replay(name, options, points, model, threads, limit, timeout_s)
-        )
-        out(f"  {name}: done in {time.perf_counter() - t0:.1f} s")
+    t0 = time.perf_counter()
+    results = asyncio.run(_replay_all(points, model, threads, per_point, timeout_s, out))
+    out(f"  replay done in {time.perf_counter() - t0:.1f} s")
     summaries = {name: r.summary() for name, r in results.items()}
     # Prefix reuse against re-prefilling, over the same keystrokes, on the
     # answers the model computed (typed-through answers cost nothing either way).
