@@ -25,8 +25,10 @@ def ctx_for(model, text: str, language: str | None, generation: int) -> DraftCon
     [
         ("python", "class A:\n    def f(self, x", "):\n        "),
         ("python", "def f(x):\n    if x > 0", ":\n        "),
-        ("json", '{\n  "name": "x",\n  "dev', '": "'),
-        ("json", '{\n  "name": "x",\n  "version": "1', '",\n  "'),
+        ("json", '{\n  "dev": 1,\n  "name": "x",\n  "dev', '": "'),
+        ("json", '{\n  "a": "1",\n  "version": "1', '",\n  "'),
+        ("json", '[{\n  "type": "a",\n  "id": 1\n},\n{\n  "type": "b",\n  "id": 2\n},\n{',
+         '\n  "type": "'),
         ("html", "<ul>\n  <li>One", "</li>\n  "),
         ("go", "func main() {\n\tx, err := f()\n\tif err", " != nil {"),
         ("sql", "SELECT a FROM t ORDER", " BY"),
@@ -34,7 +36,7 @@ def ctx_for(model, text: str, language: str | None, generation: int) -> DraftCon
 )
 def test_ast_drafts_are_the_models_own_tokenization(gemma, language, before, after) -> None:
     """Gemma merges across the boundary (``):``, ``":``, ``</li>``): drafts must too."""
-    src = ASTShadowSource(gemma)
+    src = ASTShadowSource(gemma, all_tiers=True)
     draft = src.propose(ctx_for(gemma, before, language, 1))
     assert draft is not None
     whole = gemma.tokenize(before + after)
