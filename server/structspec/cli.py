@@ -50,11 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from structspec.drafts.base import SourceError
+    from structspec.engine.decode import EngineError
     from structspec.model.base import ModelError
 
     try:
         return int(args.func(args) or 0)
-    except (UserError, ModelError) as exc:
+    except (UserError, ModelError, SourceError, EngineError) as exc:
         print(f"structspec: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

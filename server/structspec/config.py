@@ -46,6 +46,7 @@ class Settings:
     debounce_ms: int = 60
     languages: tuple[str, ...] = ()  # LSP languageIds to complete; empty: all
     sources: tuple[str, ...] = ("all",)
+    rules_file: str = ""  # rules mined with `structspec mine`; empty: the packaged default
     prefix_reuse: bool = True
     speculative: bool = True
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from structspec.config import Settings
+from structspec.drafts.base import DraftSource
 from structspec.drafts.registry import build_sources
 from structspec.engine.control import AdaptiveKController, CostModel, DraftPlanner, EntropyGate
 from structspec.engine.decode import Engine
@@ -27,27 +28,16 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-#: Acceptance priors per source key, before anything is observed. A tier
-#: unknown here borrows its source's running estimate.
-PRIORS: dict[str, float] = {
-    # lookup tiers: first-token acceptance measured on HumanEval greedy outputs
-    # of the default model (see drafts/lookup.py); "x": a conflicting occurrence
-    "lookup": 0.7,
-    "lookup:m2": 0.6,
-    "lookup:m3": 0.75,
-    "lookup:m4": 0.8,
-    "lookup:m6": 0.9,
-    "lookup:m8": 0.95,
-    "lookup:m2x": 0.45,
-    "lookup:m3x": 0.4,
-    "lookup:m4x": 0.35,
-    "lookup:m6x": 0.6,
-    "lookup:m8x": 0.65,
-    "rules": 0.6,
-    "python": 0.7,
-    "ast": 0.75,
-    "motif": 0.6,
-}
+def priors_for(sources: Sequence[DraftSource]) -> dict[str, float]:
+    """The controller's starting acceptance estimates, from the sources' own modules.
+
+    A source module defines ``PRIORS`` keyed ``source`` or ``source:tier``
+    (measured acceptance); a key without one starts at the controller's default.
+    """
+    priors: dict[str, float] = {}
+    for source in sources:
+        priors.update(getattr(sys.modules[type(source).__module__], "PRIORS", {}))
+    return priors
 
 
 def open_model(
@@ -84,8 +74,8 @@ def cost_model_for(model: Model, announce: Announce = _stderr) -> CostModel:
     return CostModel(tuple(1.0 + 0.35 * (n - 1) for n in range(1, 17)))
 
 
-def make_planner(cost: CostModel) -> DraftPlanner:
-    return DraftPlanner(cost, AdaptiveKController(PRIORS), EntropyGate())
+def make_planner(cost: CostModel, sources: Sequence[DraftSource] = ()) -> DraftPlanner:
+    return DraftPlanner(cost, AdaptiveKController(priors_for(sources)), EntropyGate())
 
 
 def load_engine(
@@ -104,4 +94,5 @@ def load_engine(
             announce=announce,
         )
     names = settings.source_names() if sources is None else tuple(sources)
-    return Engine(model, build_sources(names, model), make_planner(cost_model_for(model, announce)))
+    built = build_sources(names, model, rules_file=settings.rules_file)
+    return Engine(model, built, make_planner(cost_model_for(model, announce), built))

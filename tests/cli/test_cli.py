@@ -83,3 +83,10 @@ def test_greedy_and_structspec_agree_on_default_model():
             break
         same += 1
     assert same >= 16
+
+
+def test_bad_rules_file_is_one_line(tmp_path):
+    bad = tmp_path / "bad.rules.json.gz"
+    bad.write_bytes(b"\x1f\x8b not really gzip")
+    p = structspec("run", "--model", "standin", "--prompt", "x", "--rules-file", str(bad))
+    assert p.returncode == 2 and "bad.rules.json.gz" in p.stderr and "Traceback" not in p.stderr

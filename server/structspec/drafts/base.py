@@ -22,6 +22,10 @@ from typing import Protocol, runtime_checkable
 from structspec.model.base import Model
 
 
+class SourceError(ValueError):
+    """A draft source cannot be built from what the user gave it (one line)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Draft:
     """Proposed continuation tokens.

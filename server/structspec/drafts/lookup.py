@@ -22,6 +22,22 @@ from structspec.drafts.base import Draft, DraftContext
 
 _TIERS = (8, 6, 4, 3, 2)
 
+#: Acceptance priors of the tiers for the controller: first-token acceptance
+#: measured on HumanEval greedy outputs of the default model ("x": conflict).
+PRIORS = {
+    "lookup": 0.7,
+    "lookup:m2": 0.6,
+    "lookup:m3": 0.75,
+    "lookup:m4": 0.8,
+    "lookup:m6": 0.9,
+    "lookup:m8": 0.95,
+    "lookup:m2x": 0.45,
+    "lookup:m3x": 0.4,
+    "lookup:m4x": 0.35,
+    "lookup:m6x": 0.6,
+    "lookup:m8x": 0.65,
+}
+
 
 class _BigramIndex:
     """Positions ``p`` (of the second token) of every bigram of a token sequence."""

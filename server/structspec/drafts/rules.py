@@ -47,7 +47,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from structspec.drafts.base import Draft, DraftContext
+from structspec.drafts.base import Draft, DraftContext, SourceError
 
 FORMAT = "structspec-rules"
 VERSION = 1
@@ -92,7 +92,7 @@ LANGUAGE_OF_SUFFIX = {
 }
 
 
-class RulesError(ValueError):
+class RulesError(SourceError):
     """A rules file cannot be used; the message is one line for the user."""
 
 
