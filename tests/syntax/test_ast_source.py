@@ -211,7 +211,7 @@ def test_speculation_with_syntax_sources_is_exact_on_the_stand_in() -> None:
     """Whatever the sources draft, speculative output is the greedy output."""
     model = StandInModel(seed=3, n_ctx=2048)
     sources = build_sources(["ast", "motif"], model)
-    engine = Engine(model, sources, make_planner(CostModel.linear(1.0, 0.05)))
+    engine = Engine(model, sources, make_planner(CostModel.linear(1.0, 0.05), sources))
     for prompt in ["def f(x):\n    if x", "for i in range(n):\n    total = total + i\n",
                    '{"a": [1, 2], "b": "c', "select a from t order"]:
         toks = model.tokenize(prompt)

@@ -145,3 +145,13 @@ def test_short_one_line_prefixes_need_the_line_before_by_default(words: WordMode
     assert MotifSource(words).propose(context(words, text, "python")) is None
     draft = MotifSource(words, single_line_min=1).propose(context(words, text, "python"))
     assert draft_text(words, draft) == " + 1\n"
+
+
+def test_line_start_motif_predicts_the_next_line(words: WordModel) -> None:
+    src = MotifSource(words)
+    text = "def f(x, y):\n    x.a = 1\n    x.b = 1\n\n    y.a = 1\n"
+    draft = src.propose(context(words, text, "python"))
+    assert draft is not None and draft.tier == "l2:p0+free"
+    assert draft_text(words, draft) == "    y.b = 1\n"  # indentation, then the line re-bound
+    draft = src.propose(context(words, text + "    ", "python"))
+    assert draft is not None and draft_text(words, draft) == "y.b = 1\n"

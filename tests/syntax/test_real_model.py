@@ -67,7 +67,7 @@ PROMPTS = [
 def test_speculative_run_with_syntax_sources_stays_on_the_argmax(gemma) -> None:
     """Every emitted token is its row's argmax (teacher-forced, within the batch noise)."""
     sources = build_sources(["ast", "motif"], gemma)
-    engine = Engine(gemma, sources, make_planner(cost_model_for(gemma, lambda _: None)))
+    engine = Engine(gemma, sources, make_planner(cost_model_for(gemma, lambda _: None), sources))
     drafted = 0
     for language, prompt in PROMPTS:
         toks = gemma.tokenize(prompt)

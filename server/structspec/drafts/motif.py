@@ -8,7 +8,7 @@ numbered by first appearance: ``current = current.next`` is ``[I0 = I0.I1]``,
 
 The cache collects motifs from every completed line of the context (buffer and
 output so far) and of the corpus (other open buffers), each line alone and
-together with the non-blank line before it: a two-line motif carries names
+together with the line before it (not across a blank line): a two-line motif carries names
 bound on the first line into the second (``def get_x(self):`` /
 ``return self._x`` drafts ``y`` after ``def get_y(self):`` / ``return self._``). When the line being
 written matches a motif's abstract prefix, the rest of the motif is replayed
@@ -45,15 +45,17 @@ from structspec.syntax.table import GrammarTableError, load_table
 #: Acceptance priors per tier (first drafted token followed by the model), measured
 #: offline on gemma-3-270m greedy output (see ``structspec.drafts.ast_shadow.PRIORS``).
 PRIORS: dict[str, float] = {
-    "motif": 0.65,
-    "motif:l2:p1": 0.9,
-    "motif:l2:p1+free": 0.75,
-    "motif:l2:p2+free": 0.7,
-    "motif:l2:p3+free": 0.7,
-    "motif:l2:p5+free": 0.7,
-    "motif:l2:p5": 0.6,
-    "motif:p5": 0.75,
-    "motif:p5+free": 0.45,
+    "motif": 0.5,
+    "motif:l2:p0": 0.7,
+    "motif:l2:p0+free": 0.5,
+    "motif:l2:p1": 0.75,
+    "motif:l2:p1+free": 0.55,
+    "motif:l2:p2+free": 0.55,
+    "motif:l2:p3+free": 0.55,
+    "motif:l2:p5+free": 0.5,
+    "motif:l2:p5": 0.55,
+    "motif:p5": 0.65,
+    "motif:p5+free": 0.35,
 }
 #: Longest line (in tokens) that is abstracted and indexed.
 MAX_LINE = 40
@@ -98,7 +100,7 @@ class _Cursor:
 
     pos: int = 0
     start: int = 0  # first body token of the current line
-    prev_start: int = 0  # body of the last non-blank line (empty when there is none)
+    prev_start: int = 0  # body of the line before, if not blank (else prev_end == prev_start)
     prev_end: int = 0
 
 
@@ -108,10 +110,10 @@ def _placeholder(k: int, space: bool) -> int:
 
 
 def _tier(prefix: int) -> str:
-    for t in (5, 3, 2):
+    for t in (5, 3, 2, 1):
         if prefix >= t:
             return f"p{t}"
-    return "p1"
+    return "p0"
 
 
 class MotifSource:
@@ -209,7 +211,7 @@ class MotifSource:
     # -- collecting ----------------------------------------------------------
     def _add_line(self, seq: Sequence[int], cur: _Cursor, end: int) -> None:
         """Index the line ``seq[cur.start:end]`` (ending with a newline token) alone and
-        together with the non-blank line before it."""
+        together with the line before it (unless that is blank)."""
         start = cur.start
         if end - start < 2 or end - start > self.max_line:
             return
@@ -231,7 +233,7 @@ class MotifSource:
         if prev:
             symbols, _ = self.abstract(prev + body)
             index = self._index2
-            for j in range(len(prev) + 1, len(symbols)):
+            for j in range(len(prev), len(symbols)):  # from the line's start on
                 index[symbols[:j]] = entry
 
     def _scan(self, seq: Sequence[int], cur: _Cursor, stop: int) -> None:
@@ -243,6 +245,8 @@ class MotifSource:
                 if i > cur.start:  # not a blank line
                     self._add_line(seq, cur, i + 1)
                     cur.prev_start, cur.prev_end = cur.start, i + 1
+                else:  # a blank line ends a block: no pairs across it
+                    cur.prev_start = cur.prev_end = 0
                 cur.start = i + 1
             elif c == _SPACE and cur.start == i:
                 cur.start = i + 1  # indentation before the body
@@ -292,7 +296,7 @@ class MotifSource:
         start = cur.start
         c_last = self._cls(toks[-1])
         if c_last == _NEWLINE or (c_last == _SPACE and start == len(toks) - 1):
-            return None  # at a line start: nothing to match yet
+            return self._line_start(ctx, c_last == _NEWLINE)
         if len(toks) - start > self.max_line:
             return None
         current = toks[start:]
@@ -313,6 +317,25 @@ class MotifSource:
             return None
         return self._replay(ctx, hit, symbols, names, current, False)
 
+    def _line_start(self, ctx: DraftContext, after_newline: bool) -> Draft | None:
+        """At the start of a line: the line that followed a line shaped like the last one
+        (tier ``l2:p0``), with its indentation when that is still to come."""
+        toks, cur = ctx.tokens, self._cur
+        # After the newline, the line it ends; after the indentation, the line before.
+        prev = toks[cur.start :] if after_newline else toks[cur.prev_start : cur.prev_end]
+        if len(prev) < 2 or len(prev) > self.max_line:
+            return None
+        symbols, names = self.abstract(prev)
+        hit = self._index2.get(symbols)
+        if hit is None:
+            return None
+        head: list[int] = []
+        if after_newline:
+            seq, m_start = hit[0], hit[1]
+            if m_start > hit[4] and self._cls(seq[m_start - 1]) == _SPACE:
+                head = [seq[m_start - 1]]  # the motif line's indentation
+        return self._replay(ctx, hit, symbols, names, prev, True, head)
+
     def _replay(
         self,
         ctx: DraftContext,
@@ -321,6 +344,7 @@ class MotifSource:
         names: list[str],
         current: Sequence[int],
         two_lines: bool,
+        head: Sequence[int] = (),
     ) -> Draft | None:
         seq, m_start, m_end, p_start, p_end = hit
         motif = list(seq[m_start:m_end])
@@ -333,7 +357,7 @@ class MotifSource:
             return None
         m_symbols, _ = self.abstract(motif)
         cls = self._cls
-        out: list[int] = []
+        out: list[int] = list(head)
         free = False
         limit = ctx.max_tokens
         complete = True
