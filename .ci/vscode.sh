@@ -98,5 +98,6 @@ fi
 # -- the end-to-end test --------------------------------------------------------
 step "end-to-end: code-server + headless Chromium + structspec-lsp (default model)"
 mkdir -p test-artifacts
+rm -f test-artifacts/vscode-*  # no stale screenshots from an earlier run
 CODE_SERVER=$code_server CHROMIUM=${CHROMIUM:-/usr/bin/chromium} npm run e2e
 echo "artifacts: $(ls test-artifacts/vscode-* | tr '\n' ' ')"

@@ -322,7 +322,7 @@ class Controller implements vscode.Disposable {
     modelPath: string | undefined,
   ): StructspecClient {
     const config = (): Record<string, unknown> => {
-      const c: Record<string, unknown> = serverConfiguration(this.settings);
+      const c: Record<string, unknown> = serverConfiguration(this.settings, os.homedir());
       if (modelPath !== undefined && typeof c.model === 'string') {
         c.model = modelPath;
       }
@@ -520,7 +520,7 @@ class Controller implements vscode.Disposable {
           if (!client.isRunning()) {
             return;
           }
-          const config = serverConfiguration(settings);
+          const config = serverConfiguration(settings, os.homedir());
           await client.sendNotification(DidChangeConfigurationNotification.type, { settings: { [SECTION]: config } });
         });
         return;

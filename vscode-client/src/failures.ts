@@ -41,7 +41,8 @@ export function notFoundNotice(launch: ServerLaunch): FailureNotice {
     setting,
     message:
       `structspec: cannot find the language server: ${originWords(launch)} does not exist. ` +
-      'Install it with "pip install structspec", or set structspec.serverPath to the structspec-lsp executable.',
+      'Install the structspec Python package (it provides structspec-lsp), or set structspec.serverPath to the ' +
+      'structspec-lsp executable or structspec.pythonPath to a Python that has structspec.',
   };
 }
 

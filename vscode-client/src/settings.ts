@@ -50,6 +50,8 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'debounceMs', kind: 'integer', min: 0, max: 10000, restart: false },
   { key: 'languages', kind: 'stringList', restart: false },
   { key: 'sources', kind: 'stringList', choices: SOURCE_NAMES, restart: false },
+  // The server builds its draft sources (and reads the rules file) when it loads the model.
+  { key: 'rulesFile', kind: 'string', restart: true },
   { key: 'prefixReuse', kind: 'boolean', restart: false },
   { key: 'speculative', kind: 'boolean', restart: false },
 ];
@@ -62,7 +64,7 @@ export const CLIENT_SETTINGS = ['enable', 'serverPath', 'pythonPath', 'trace.ser
  * `machine-overridable` in package.json (in a remote window they are set in
  * the Remote tab).
  */
-export const MACHINE_SETTINGS = ['serverPath', 'pythonPath', 'model'] as const;
+export const MACHINE_SETTINGS = ['serverPath', 'pythonPath', 'model', 'rulesFile'] as const;
 
 /** A value of a server setting after validation. */
 export type ServerValue = string | number | boolean | string[];
@@ -244,11 +246,16 @@ export function serverLaunch(settings: ClientSettings, resolvedModel?: string): 
 /**
  * The server's configuration (LSP section `structspec`): the explicitly set
  * server settings, client-only keys left out (the server rejects unknown keys).
+ * With `home`, a leading `~` in file paths is expanded.
  */
-export function serverConfiguration(settings: ClientSettings): Record<string, ServerValue> {
+export function serverConfiguration(settings: ClientSettings, home?: string): Record<string, ServerValue> {
   const out: Record<string, ServerValue> = {};
   for (const spec of SERVER_SETTINGS) {
-    const value = settings.server[spec.key];
+    let value = settings.server[spec.key];
+    // File paths: expand `~` here, the server takes paths literally.
+    if (home !== undefined && typeof value === 'string' && (MACHINE_SETTINGS as readonly string[]).includes(spec.key)) {
+      value = expandHome(value, home);
+    }
     if (value !== undefined) {
       out[spec.key] = Array.isArray(value) ? [...value] : value;
     }

@@ -110,7 +110,9 @@ export function formatMetrics(status: ServerStatus | undefined): string {
   if (status.tokensPerSecond !== undefined) {
     parts.push(`${Math.round(status.tokensPerSecond)} tok/s`);
   }
-  if (status.acceptance !== undefined) {
+  // Acceptance means something only once a suggestion was shown.
+  const anyShown = status.shown !== undefined ? status.shown > 0 : status.tokensPerSecond !== undefined;
+  if (status.acceptance !== undefined && anyShown) {
     parts.push(`$(check) ${Math.round(status.acceptance * 100)}%`);
   }
   return parts.join(' · ');

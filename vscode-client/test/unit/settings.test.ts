@@ -137,6 +137,14 @@ describe('readSettings', () => {
     assert.match(errors.join('\n'), /unknown value\(s\) telepathy/);
   });
 
+  test('~ in file paths is expanded when a home is given', () => {
+    const s = base({ server: { model: '~/m.gguf', rulesFile: '~/r.json.gz', languages: ['~x'] } });
+    const c = serverConfiguration(s, '/home/u');
+    assert.equal(c.model, path.join('/home/u', 'm.gguf'));
+    assert.equal(c.rulesFile, path.join('/home/u', 'r.json.gz'));
+    assert.deepEqual(c.languages, ['~x']);
+  });
+
   test('null means unset', () => {
     const { settings, errors } = settingsFrom({ threads: null, languages: null });
     assert.deepEqual(errors, []);

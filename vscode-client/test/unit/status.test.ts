@@ -52,6 +52,10 @@ describe('statusView', () => {
     assert.equal(v.error, true);
     assert.match(v.tooltip, /cannot find the language server/);
   });
+  test('no acceptance before a suggestion was shown', () => {
+    const fresh = parseStatus({ state: 'idle', acceptance: 0, tokensPerSecond: null, stats: { shown: 0, accepted: 0 } });
+    assert.equal(statusView('idle', fresh).text, '$(sparkle) structspec');
+  });
   test('off and before any completion', () => {
     assert.equal(statusView('off', undefined).text, '$(circle-slash) structspec');
     assert.equal(statusView('idle', undefined).text, '$(sparkle) structspec');
