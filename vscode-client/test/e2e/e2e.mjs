@@ -146,10 +146,12 @@ async function typeStub(page, text) {
 }
 
 /**
- * The server's own latency for the suggestion on screen, from the status bar
- * tooltip ("Last latency: N ms"), to tell the server's time from the editor's.
+ * Hover the status bar item and read its tooltip's "Last latency: N ms" (the
+ * server's time for the last completion it finished, which after a Tab may be
+ * a later request than the suggestion on screen); the tooltip then shows in
+ * the screenshot.
  */
-async function serverLatency(page) {
+async function statusBarLatency(page) {
   try {
     await page.locator('.statusbar-item', { hasText: 'structspec' }).first().hover();
     const hover = page.locator('.monaco-hover, .workbench-hover').filter({ hasText: 'Last latency' }).first();
@@ -238,9 +240,10 @@ async function main() {
         log(`warm-up: first ghost text ${results.firstMs} ms after typing began: ${JSON.stringify(r.text)}`);
       } else {
         await page.waitForTimeout(300); // let the status bar catch the server's status
-        const serverMs = await serverLatency(page);
-        results.trials.push({ latencyMs: Math.round(r.latency), serverLatencyMs: serverMs, ghost: r.text });
-        log(`${label}: keystroke-to-ghost-text ${r.latency.toFixed(0)} ms (server ${serverMs ?? '?'} ms): ${JSON.stringify(r.text)}`);
+        const statusMs = await statusBarLatency(page);
+        if (statusMs === undefined) fail(`${label}: the status bar tooltip shows no "Last latency"`);
+        results.trials.push({ latencyMs: Math.round(r.latency), statusBarLastLatencyMs: statusMs, ghost: r.text });
+        log(`${label}: keystroke-to-ghost-text ${r.latency.toFixed(0)} ms (status bar: last latency ${statusMs} ms): ${JSON.stringify(r.text)}`);
       }
       hits += 1;
       await page.waitForTimeout(300); // let the status bar catch the server's idle status
@@ -289,15 +292,12 @@ async function main() {
     log(`status bar after accepting: ${JSON.stringify(results.statusBarAfterAccept)}`);
 
     const latencies = results.trials.map((t) => t.latencyMs);
-    const serverMs = results.trials.map((t) => t.serverLatencyMs).filter((x) => x !== undefined);
-    results.serverMedianMs = serverMs.length ? median(serverMs) : undefined;
     results.medianMs = median(latencies);
     results.maxMs = Math.max(...latencies);
     results.loadAverage = os.loadavg().map((x) => Number(x.toFixed(2)));
     log(
       `keystroke-to-ghost-text median ${results.medianMs} ms, max ${results.maxMs} ms over ${latencies.length} trials ` +
-        `(${latencies.join(', ')} ms; ${results.misses ?? 0} without a suggestion); the server's own median ${results.serverMedianMs ?? '?'} ms; ` +
-        `first completion ${results.firstMs} ms; ` +
+        `(${latencies.join(', ')} ms; ${results.misses ?? 0} without a suggestion); first completion ${results.firstMs} ms; ` +
         `load average ${results.loadAverage.join(' ')} on ${os.cpus().length} CPUs`,
     );
     fs.writeFileSync(path.join(artifacts, 'vscode-e2e.json'), JSON.stringify(results, null, 2));
