@@ -97,11 +97,11 @@ function isExecutableFile(candidate: string): boolean {
 }
 
 /**
- * Open the settings editor at `key`. Paths (serverPath, pythonPath, model) are
+ * Open the settings editor at `key`. File paths (serverPath, pythonPath, model, rulesFile) are
  * machine settings: in a remote window (code-server, SSH) they live in the
  * Remote tab, where the User tab would show "No Settings Found".
  */
-function openSetting_(key: string): void {
+function revealSetting(key: string): void {
   const name = key.startsWith(`${SECTION}.`) ? key.slice(SECTION.length + 1) : key;
   if (vscode.env.remoteName !== undefined && (MACHINE_SETTINGS as readonly string[]).includes(name)) {
     void vscode.commands.executeCommand('workbench.action.openRemoteSettings', { query: key });
@@ -182,7 +182,7 @@ class Controller implements vscode.Disposable {
     const showLog = 'Show Log';
     void vscode.window.showErrorMessage(notice.message, openSetting, showLog).then((choice) => {
       if (choice === openSetting) {
-        openSetting_(notice.setting);
+        revealSetting(notice.setting);
       } else if (choice === showLog) {
         this.output.show(true);
       }

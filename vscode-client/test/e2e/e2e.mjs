@@ -225,6 +225,9 @@ async function main() {
     for (let i = 0; i < attempts + 3 && (i < attempts || hits === 0); i++) {
       const warmUp = i === 0;
       const stub = stubText(i);
+      // Start each trial with the server idle, as after a pause: accepting the
+      // previous suggestion makes VS Code ask for the next one at once.
+      await waitForStatusIcon(page, 'codicon-sparkle', 60_000).catch(() => log(`${i}: the server is still busy after 60 s`));
       const t0 = Date.now();
       await typeStub(page, stub);
       const r = await waitForProbe(page, warmUp ? FIRST_TIMEOUT_MS : GHOST_TIMEOUT_MS).catch(() => undefined);
