@@ -64,7 +64,9 @@ def run_engine(
     t0 = time.perf_counter()
     t_first = None
     gen = engine.stream(
-        tokens, GenerationOptions(max_tokens=max_tokens, speculative=mode != "greedy")
+        tokens,
+        GenerationOptions(max_tokens=max_tokens, speculative=mode != "greedy"),
+        language=prompt.language,
     )
     for step in gen:
         if t_first is None and step.tokens:

