@@ -131,6 +131,8 @@ class Controller implements vscode.Disposable {
   /** The running server process and a promise settled when it ends. */
   private child: ChildProcess | undefined;
   private childEnded: Promise<void> = Promise.resolve();
+  /** Processes the client stopped itself (their exit is no news). */
+  private readonly stoppedOnPurpose = new WeakSet<ChildProcess>();
   /** Clients whose end was already handled (the library and start() may both report it). */
   private readonly gone = new WeakSet<StructspecClient>();
   private lastSettingsErrors = '';
@@ -272,6 +274,9 @@ class Controller implements vscode.Disposable {
       return;
     }
     this.stopping = true;
+    if (this.child !== undefined) {
+      this.stoppedOnPurpose.add(this.child);
+    }
     try {
       if (client.isRunning()) {
         await client.stop(5000);
@@ -305,8 +310,11 @@ class Controller implements vscode.Disposable {
       this.output.error(`Cannot run ${resolved}: ${err.message}`);
     });
     child.on('exit', (code, signal) => {
-      if (!this.stopping) {
-        this.output.warn(`structspec-lsp exited (${signal ?? `code ${String(code)}`})`);
+      const how = signal ?? `code ${String(code)}`;
+      if (this.stoppedOnPurpose.has(child)) {
+        this.output.info(`structspec-lsp stopped (${how})`);
+      } else {
+        this.output.warn(`structspec-lsp exited (${how})`);
       }
     });
     child.stderr?.setEncoding('utf8');

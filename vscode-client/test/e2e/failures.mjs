@@ -6,8 +6,9 @@
 //      then one notification, and no more starts (no loop);
 //   3. a model file that does not exist: one notification for structspec.model;
 //   4. fixing the settings recovers without a reload (stand-in model);
-//   5. "Toggle Completions" stops and starts the server; "Restart Server" and
-//      "Show Log" work.
+//   5. "Toggle Completions" stops and starts the server; "Restart Server" works;
+//   6. a setting that needs no new process (maxTokens) is sent as configuration,
+//      without a restart; "Show Log" shows the log.
 //
 // Every step edits the Remote settings (settings.json in the editor) while the
 // extension runs, so the settings-change paths (restart on serverPath/model)
@@ -127,6 +128,22 @@ async function main() {
     await runCommand(page, 'structspec: Restart Server');
     await waitForStatusIcon(page, 'codicon-sparkle', 60_000);
     log('restarted');
+    // 6. A setting that needs no new process is sent as configuration.
+    const logText = () => {
+      const logs = path.join(session.userData, 'logs');
+      const f = fs.readdirSync(logs, { recursive: true }).map(String).find((x) => x.endsWith(path.join('structspec.structspec', 'structspec.log')));
+      return f ? fs.readFileSync(path.join(logs, f), 'utf8') : '';
+    };
+    await editMachineSettings(page, { 'structspec.serverPath': server, 'structspec.model': 'standin', 'structspec.maxTokens': 16 });
+    const deadline = Date.now() + 15_000;
+    while (!/Settings changed: configure/.test(logText()) && Date.now() < deadline) await sleep(200);
+    if (!/Settings changed: configure/.test(logText())) fail('changing structspec.maxTokens did not send the configuration');
+    await sleep(2000);
+    const afterChange = logText().split('Settings changed: configure').pop() ?? '';
+    if (/Starting |stopped|exited/.test(afterChange)) fail(`changing structspec.maxTokens restarted the server: ${afterChange}`);
+    await waitForStatusIcon(page, 'codicon-sparkle', 10_000);
+    log('structspec.maxTokens went to the running server as configuration (no restart)');
+
     await runCommand(page, 'structspec: Show Log');
     await page.waitForFunction(() => (document.querySelector('.panel .monaco-editor .view-lines')?.textContent ?? '').includes('Starting'), undefined, {
       timeout: 20_000,
