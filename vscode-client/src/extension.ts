@@ -274,8 +274,9 @@ class Controller implements vscode.Disposable {
       return;
     }
     this.stopping = true;
-    if (this.child !== undefined) {
-      this.stoppedOnPurpose.add(this.child);
+    const child = this.child;
+    if (child !== undefined) {
+      this.stoppedOnPurpose.add(child);
     }
     try {
       if (client.isRunning()) {
@@ -285,6 +286,13 @@ class Controller implements vscode.Disposable {
       this.output.warn(`Stopping the server: ${err instanceof Error ? err.message : String(err)}`);
     } finally {
       await client.dispose().catch(() => undefined);
+      // A server that ignores shutdown/exit does not outlive its client.
+      if (child !== undefined && child.exitCode === null && child.signalCode === null) {
+        await Promise.race([this.childEnded, new Promise((r) => setTimeout(r, 2000))]);
+        if (child.exitCode === null && child.signalCode === null) {
+          child.kill();
+        }
+      }
       this.stopping = false;
     }
     this.setDisplay(this.settings.enable ? 'stopped' : 'off');
