@@ -1,0 +1,108 @@
+"""``structspec benchmark`` end to end on the stand-in model and a JSON-lines suite."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from structspec.bench.harness import Run, summarize
+from structspec.bench.suites import SuiteError, jsonl
+
+
+def write_suite(path, prompts):
+    path.write_text("\n".join(json.dumps({"id": i, "prompt": p}) for i, p in enumerate(prompts)))
+
+
+def test_benchmark_on_standin(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    write_suite(suite, ["ab(x):\n", "x = a\nx = a\n", ""])
+    out, trace, md = tmp_path / "out.json", tmp_path / "trace.csv", tmp_path / "bench.md"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "structspec",
+            "benchmark",
+            "--model",
+            "standin",
+            "--suite",
+            f"jsonl:{suite}",
+            "--modes",
+            "greedy,structspec",
+            "--max-tokens",
+            "24",
+            "--repeat",
+            "2",
+            "--json-out",
+            str(out),
+            "--trace-csv",
+            str(trace),
+            "--markdown-out",
+            str(md),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert len(data["prompts"]) == 3
+    runs = data["prompts"][0]["runs"]
+    assert {r["mode"] for r in runs} == {"greedy", "structspec"} and len(runs) == 4
+    # the stand-in is exact: structspec output is greedy output
+    by_mode = {r["mode"]: r["tokens"] for r in runs if r["repeat"] == 0}
+    assert by_mode["greedy"] == by_mode["structspec"]
+    summary = data["summary"]
+    assert summary["modes"]["structspec"]["identical_to_greedy"] == 3
+    assert summary["exactness"]["structspec"]["off"] == 0
+    rows = list(csv.DictReader(trace.open()))
+    assert rows and set(rows[0]) >= {"prompt", "pass", "source", "drafted", "accepted", "ms"}
+    assert "## Summary" in md.read_text() and "vs greedy" in p.stdout
+
+
+def test_bad_suite_is_one_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1}\n')
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "structspec",
+            "benchmark",
+            "--model",
+            "standin",
+            "--suite",
+            f"jsonl:{bad}",
+            "--modes",
+            "greedy",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2 and "bad.jsonl:1" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_jsonl_errors(tmp_path):
+    f = tmp_path / "s.jsonl"
+    f.write_text("not json\n")
+    with pytest.raises(SuiteError, match="not JSON"):
+        jsonl(f)
+    with pytest.raises(SuiteError, match="cannot read"):
+        jsonl(tmp_path / "missing.jsonl")
+
+
+def test_summary_ratios():
+    runs = [
+        Run("p", "greedy", 0, [1] * 11, 2.0, 1.0),
+        Run("p", "structspec", 0, [1] * 11, 1.5, 0.5, passes=5, drafted=8, accepted=6),
+    ]
+    s = summarize(runs, ["greedy", "structspec"])
+    assert s["modes"]["greedy"]["decode_tps"] == pytest.approx(10.0)
+    assert s["modes"]["structspec"]["aggregate_vs_greedy"] == pytest.approx(2.0)
+    assert s["modes"]["structspec"]["ratio_vs_greedy"]["median"] == pytest.approx(2.0)
+    assert s["modes"]["structspec"]["acceptance"] == pytest.approx(0.75)
