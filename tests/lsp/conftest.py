@@ -16,7 +16,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 # pytest runs with --import-mode=importlib: make lsp_helpers importable for the tests here.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lsp_helpers import init_params, server_command, server_env  # noqa: E402
+from lsp_helpers import end_session, init_params, server_command, server_env  # noqa: E402
 
 
 @pytest_lsp.fixture(
@@ -28,5 +28,5 @@ async def client(lsp_client: LanguageClient):
     result = await lsp_client.initialize_session(init_params())
     lsp_client.server_capabilities = result.capabilities  # type: ignore[attr-defined]
     yield
-    await lsp_client.shutdown_session()
+    await end_session(lsp_client)
 

@@ -79,3 +79,25 @@ def init_params(options: Any = None, *, inline: bool = True) -> types.Initialize
         root_uri=ROOT.as_uri(),
         initialization_options=STANDIN_OPTIONS if options is None else options,
     )
+
+
+async def end_session(client: LanguageClient, timeout: float = 60.0) -> None:
+    """shutdown + exit, then make sure the server process is gone (kill it if it hangs).
+
+    pytest-lsp waits for the server to exit without a time limit; a server that
+    hangs must fail its test, not hang the whole run.
+    """
+    import asyncio
+    import contextlib
+
+    proc = client._server  # type: ignore[attr-defined]
+    try:
+        await asyncio.wait_for(client.shutdown_session(), timeout)
+        if proc is not None:
+            await asyncio.wait_for(proc.wait(), timeout)
+    finally:
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise AssertionError("the server did not exit after shutdown + exit")

@@ -258,7 +258,7 @@ def fut_id(client: LanguageClient, fut: object) -> object:
 
 async def test_model_that_cannot_load_and_bad_initialization_options(tmp_path):
     """A model that fails to load: showMessage with the fix, status error, server stays up."""
-    from lsp_helpers import init_params, server_command, server_env
+    from lsp_helpers import end_session, init_params, server_command, server_env
     from pytest_lsp import ClientServerConfig
 
     bogus = tmp_path / "not-a-model.gguf"
@@ -290,13 +290,13 @@ async def test_model_that_cannot_load_and_bad_initialization_options(tmp_path):
         )
         await asyncio.sleep(0.3)
         assert await inline(client, end_of(TEXT)) is None
-        await client.shutdown_session()
+        await end_session(client)
     finally:
         await client.stop()
 
 
 async def test_model_fixed_from_the_client_recovers(tmp_path):
-    from lsp_helpers import init_params, server_command, server_env
+    from lsp_helpers import end_session, init_params, server_command, server_env
     from pytest_lsp import ClientServerConfig
 
     config = ClientServerConfig(server_command=server_command("--stdio"), server_env=server_env())
@@ -317,6 +317,6 @@ async def test_model_fixed_from_the_client_recovers(tmp_path):
         open_doc(client)
         result = await inline(client, end_of(TEXT))
         assert result is not None and result.items[0].insert_text.strip()
-        await client.shutdown_session()
+        await end_session(client)
     finally:
         await client.stop()

@@ -7,7 +7,15 @@ import contextlib
 
 import pytest
 import pytest_lsp
-from lsp_helpers import end_of, init_params, inline, open_doc, server_command, server_env
+from lsp_helpers import (
+    end_of,
+    end_session,
+    init_params,
+    inline,
+    open_doc,
+    server_command,
+    server_env,
+)
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
@@ -40,7 +48,7 @@ async def real(lsp_client: LanguageClient):
     )
     lsp_client.server_capabilities = result.capabilities  # type: ignore[attr-defined]
     yield
-    await lsp_client.shutdown_session()
+    await end_session(lsp_client)
 
 
 async def status(client: LanguageClient) -> dict:

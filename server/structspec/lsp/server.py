@@ -118,6 +118,10 @@ class StructspecServer(LanguageServer):
             on_message=self.tell_user,
         )
         self.startup_messages: list[tuple[str, str]] = []
+        # Set by shutdown: nothing more is sent on our own initiative (after exit
+        # the output is closed, and a failed send must not turn into a loop).
+        self.closing = False
+        self._reporting = False
 
     # -- settings ----------------------------------------------------------
     def effective_settings(self) -> tuple[Settings, list[str]]:
@@ -159,6 +163,8 @@ class StructspecServer(LanguageServer):
     # -- messages to the client --------------------------------------------
     def tell_user(self, level: str, text: str) -> None:
         """``error``/``warning`` pop up (``window/showMessage``); ``info`` goes to the log."""
+        if self.closing:
+            return
         if getattr(self.protocol, "writer", None) is None:
             self.startup_messages.append((level, text))
             return
@@ -171,17 +177,26 @@ class StructspecServer(LanguageServer):
         self.window_show_message(types.ShowMessageParams(type=kind, message=text))
 
     def send_status(self, status: Status) -> None:
-        if getattr(self.protocol, "writer", None) is not None:
+        if not self.closing and getattr(self.protocol, "writer", None) is not None:
             self.protocol.notify(STATUS_NOTIFICATION, status.to_json())
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
-        with contextlib.suppress(Exception):  # the transport itself may be what failed
-            self.window_log_message(
-                types.LogMessageParams(
-                    type=types.MessageType.Error, message=f"structspec: internal error: {error}"
+        # Sending the report can itself fail (the transport may be what broke) and
+        # would be reported again: report once, and never while closing.
+        if self.closing or self._reporting:
+            return
+        self._reporting = True
+        try:
+            with contextlib.suppress(Exception):
+                self.window_log_message(
+                    types.LogMessageParams(
+                        type=types.MessageType.Error,
+                        message=f"structspec: internal error: {error}",
+                    )
                 )
-            )
+        finally:
+            self._reporting = False
 
 
 def _section(values: Any) -> dict[str, Any] | None:
@@ -300,6 +315,12 @@ def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> Str
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: StructspecServer, params: None) -> None:
+        ls.closing = True
+        service.close()
+
+    @server.feature(types.EXIT)
+    def exit_(ls: StructspecServer, params: None) -> None:
+        ls.closing = True  # also when a client exits without shutdown
         service.close()
 
     return server
