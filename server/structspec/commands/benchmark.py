@@ -56,6 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _command_line() -> str:
+    return "structspec " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
 def _machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -138,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     summary = summarize(runs, modes)
     if not args.no_exactness:
         summary["exactness"] = {m: vars(e) for m, e in exact.items()}
-    command = "structspec " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = _command_line()
     report = _report(command, args, settings.threads, model.name, prompts, runs, summary, modes)
     print(report)
     if args.markdown_out:
@@ -331,7 +335,29 @@ def _run_editor(args: argparse.Namespace) -> int:
     if args.files and not files:
         raise UserError(f"no files match {args.files!r}")
     settings = settings_from_args(args).settings
-    result = run_editor_benchmark(files, settings.model, settings.threads, out=print)
+    lines: list[str] = []
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    try:
+        result = run_editor_benchmark(files, settings.model, settings.threads, out=out)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"editor benchmark: {exc}") from None
+    if args.markdown_out:
+        report = [
+            "# structspec benchmark: editor replay",
+            "",
+            f"- command: `{_command_line()}`",
+            f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+            f"- machine: {_machine()}",
+            "",
+            "```",
+            *lines,
+            "```",
+        ]
+        Path(args.markdown_out).write_text("\n".join(report) + "\n", encoding="utf-8")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result), encoding="utf-8")
     return 0
