@@ -90,6 +90,10 @@ def run_engine(
     )
 
 
+class BaselineError(RuntimeError):
+    """The llama-cpp-python baseline failed on a prompt."""
+
+
 class PromptLookupBaseline:
     """llama-cpp-python's own prompt-lookup speculative decoding, greedy."""
 
@@ -118,14 +122,23 @@ class PromptLookupBaseline:
         out: list[int] = []
         t0 = time.perf_counter()
         t_first = None
-        for tok in self.llm.generate(list(tokens), top_k=1, temp=0.0, repeat_penalty=1.0):
-            if is_eog(tok):
-                break
-            if t_first is None:
-                t_first = time.perf_counter()
-            out.append(tok)
-            if len(out) >= max_tokens:
-                break
+        gen = self.llm.generate(list(tokens), top_k=1, temp=0.0, repeat_penalty=1.0)
+        try:
+            for tok in gen:
+                if is_eog(tok):
+                    break
+                if t_first is None:
+                    t_first = time.perf_counter()
+                out.append(tok)
+                if len(out) >= max_tokens:
+                    break
+        except (ValueError, RuntimeError) as exc:
+            # llama-cpp-python's own speculative path can overrun its scores buffer
+            # (seen once in a 164-prompt run): the baseline's failure, reported, not ours.
+            self.llm.reset()
+            raise BaselineError(f"pld failed on {prompt.id}: {exc}") from None
+        finally:
+            gen.close()
         t_end = time.perf_counter()
         return Run(prompt.id, "pld", repeat, out, t_end - t0, t_end - (t_first or t_end))
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from structspec.bench.harness import (
     MODES,
+    BaselineError,
     Exactness,
     PromptLookupBaseline,
     Run,
@@ -105,13 +106,12 @@ def run(args: argparse.Namespace) -> int:
         path = getattr(model, "path", None)
         if path is None:
             raise UserError("the pld mode needs a GGUF model")
-        pld = PromptLookupBaseline(
-            str(path), settings.threads, n_ctx=min(settings.context_size, 2048)
-        )
+        pld = PromptLookupBaseline(str(path), settings.threads, n_ctx=settings.context_size)
 
     from tqdm import tqdm
 
     runs: list[Run] = []
+    baseline_failures: list[str] = []
     prompt_tokens: dict[str, list[int]] = {}
     exact = {m: Exactness() for m in modes if m != "pld"}
     bar = tqdm(
@@ -129,7 +129,11 @@ def run(args: argparse.Namespace) -> int:
             for mode in order:
                 if mode == "pld":
                     assert pld is not None
-                    runs.append(pld.run(prompt, tokens, rep, args.max_tokens, model.is_eog))
+                    try:
+                        runs.append(pld.run(prompt, tokens, rep, args.max_tokens, model.is_eog))
+                    except BaselineError as exc:
+                        baseline_failures.append(str(exc))
+                        print(f"structspec: warning: {exc}", file=sys.stderr)
                 else:
                     runs.append(run_engine(engine, prompt, tokens, mode, rep, args.max_tokens))
                 bar.update(1)
@@ -140,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     bar.close()
 
     summary = summarize(runs, modes)
+    summary["baseline_failures"] = baseline_failures
     if not args.no_exactness:
         summary["exactness"] = {m: vars(e) for m, e in exact.items()}
     command = _command_line()
@@ -206,6 +211,15 @@ def _report(
                     lines.append(
                         f"- {mode} vs {base}: {s['median']:.2f} [{s['min']:.2f}, {s['max']:.2f}]"
                     )
+    failures = summary.get("baseline_failures") or []
+    if failures:
+        lines += [
+            "",
+            f"The pld baseline failed on {len(failures)} prompt(s) (left out of its "
+            "tokens/s and of the ratios against it):",
+            "",
+        ]
+        lines += [f"- {f}" for f in failures]
     src = summary["modes"].get("structspec", {}).get("sources")
     if src:
         lines += [
