@@ -47,11 +47,10 @@ model itself would emit (Gemma writes ``):`` and ``":`` as single tokens).
 from __future__ import annotations
 
 import codecs
-import time
 import warnings
 from collections.abc import Sequence
 
-from structspec.drafts.base import Draft, DraftContext
+from structspec.drafts.base import Draft, DraftContext, TimedPropose
 from structspec.model.base import Model
 from structspec.syntax.domains import Domain, detect_language, domain_for_language
 from structspec.syntax.lexer import AFTER, COLON, KEY, VALUE, LexState
@@ -89,8 +88,25 @@ PRIORS: dict[str, float] = {
 }
 #: Python words after which a block header cannot end yet.
 _OPEN_ENDINGS = frozenset(
-    {"in", "not", "and", "or", "is", "if", "for", "lambda", "await", "as", "import", "from",
-     "with", "while", "elif", "return", "yield"}
+    {
+        "in",
+        "not",
+        "and",
+        "or",
+        "is",
+        "if",
+        "for",
+        "lambda",
+        "await",
+        "as",
+        "import",
+        "from",
+        "with",
+        "while",
+        "elif",
+        "return",
+        "yield",
+    }
 )
 #: Characters after which an expression is certainly not finished.
 _CONTINUING = set(",([{=+-*/%<>!&|^~\\.@:;?")
@@ -127,7 +143,11 @@ class TierGate:
     """
 
     def __init__(
-        self, *, floor: float = 0.35, min_trials: float = 6.0, decay: float = 0.97,
+        self,
+        *,
+        floor: float = 0.35,
+        min_trials: float = 6.0,
+        decay: float = 0.97,
         probe_every: int = 40,
     ) -> None:
         self.floor = floor
@@ -182,7 +202,7 @@ def _last_word(body: str) -> str:
     return body[i:]
 
 
-class ASTShadowSource:
+class ASTShadowSource(TimedPropose):
     """The ASTShadowEngine draft source; see the module docstring."""
 
     name = "ast"
@@ -218,9 +238,6 @@ class ASTShadowSource:
         bos = model.bos_token()
         if bos is not None:
             self._skip_tokens.add(bos)
-        #: Profile: propose() calls and seconds spent in them.
-        self.calls = 0
-        self.seconds = 0.0
         self.state: str = ""  # why the last call proposed nothing (for tests and traces)
 
     # -- state ---------------------------------------------------------------
@@ -291,14 +308,6 @@ class ASTShadowSource:
                 self._tree.append(new)
 
     # -- proposing -----------------------------------------------------------
-    def propose(self, ctx: DraftContext) -> Draft | None:
-        t0 = time.perf_counter()
-        try:
-            return self._propose(ctx)
-        finally:
-            self.calls += 1
-            self.seconds += time.perf_counter() - t0
-
     def _propose(self, ctx: DraftContext) -> Draft | None:
         if self._table is None or ctx.max_tokens <= 0 or len(ctx.tokens) < 1:
             return None
@@ -457,7 +466,7 @@ class ASTShadowSource:
             text = '": ' + value
             following = lex.key_next.get(key)
             if depth > 0 and len(value) > 1 and following is not None:
-                text += ',\n' + indent + '"' + following + then(following, indent, depth - 1)
+                text += ",\n" + indent + '"' + following + then(following, indent, depth - 1)
             return text
 
         def next_key(after: str, indent: str) -> tuple[str, str]:

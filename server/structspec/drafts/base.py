@@ -15,6 +15,7 @@ verification pass, on the decode hot path.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -78,6 +79,28 @@ class DraftContext:
             text = raw.decode("utf-8", "ignore")
             self._text_cache[key] = text
         return text
+
+
+class TimedPropose:
+    """Profiles a source: counts ``propose`` calls and the seconds spent in them.
+
+    A subclass implements ``_propose``; ``calls`` and ``seconds`` show what the
+    source costs on the decode hot path.
+    """
+
+    calls: int = 0
+    seconds: float = 0.0
+
+    def propose(self, ctx: DraftContext) -> Draft | None:
+        t0 = time.perf_counter()
+        try:
+            return self._propose(ctx)
+        finally:
+            self.calls += 1
+            self.seconds += time.perf_counter() - t0
+
+    def _propose(self, ctx: DraftContext) -> Draft | None:
+        raise NotImplementedError
 
 
 @runtime_checkable

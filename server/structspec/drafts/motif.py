@@ -32,13 +32,12 @@ motif's is left to the lookup source (it is a plain repeat).
 from __future__ import annotations
 
 import re
-import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from structspec.drafts.ast_shadow import TierGate
-from structspec.drafts.base import Draft, DraftContext
+from structspec.drafts.base import Draft, DraftContext, TimedPropose
 from structspec.model.base import Model
 from structspec.syntax.table import GrammarTableError, load_table
 
@@ -71,10 +70,48 @@ _LITERAL, _IDENTIFIER, _NEWLINE, _SPACE = 0, 1, 2, 3
 
 #: Names kept literal when the grammar table is unavailable.
 _FALLBACK_KEYWORDS = frozenset(
-    {"def", "class", "if", "else", "elif", "for", "while", "return", "in", "not", "and", "or",
-     "is", "None", "True", "False", "self", "import", "from", "as", "with", "try", "except",
-     "finally", "lambda", "yield", "pass", "break", "continue", "function", "var", "let",
-     "const", "new", "this", "null", "true", "false", "func", "package"}
+    {
+        "def",
+        "class",
+        "if",
+        "else",
+        "elif",
+        "for",
+        "while",
+        "return",
+        "in",
+        "not",
+        "and",
+        "or",
+        "is",
+        "None",
+        "True",
+        "False",
+        "self",
+        "import",
+        "from",
+        "as",
+        "with",
+        "try",
+        "except",
+        "finally",
+        "lambda",
+        "yield",
+        "pass",
+        "break",
+        "continue",
+        "function",
+        "var",
+        "let",
+        "const",
+        "new",
+        "this",
+        "null",
+        "true",
+        "false",
+        "func",
+        "package",
+    }
 )
 
 
@@ -116,7 +153,7 @@ def _tier(prefix: int) -> str:
     return "p0"
 
 
-class MotifSource:
+class MotifSource(TimedPropose):
     """The SymbolicMotifCache draft source; see the module docstring."""
 
     name = "motif"
@@ -148,8 +185,6 @@ class MotifSource:
         self._cur = _Cursor()
         self._corpus: dict[int, tuple[Sequence[int], _Cursor]] = {}
         self.gate = TierGate()
-        self.calls = 0
-        self.seconds = 0.0
 
     # -- token classes -------------------------------------------------------
     def _set_language(self, language: str | None) -> None:
@@ -279,14 +314,6 @@ class MotifSource:
         self._scan(seq, entry[1], len(seq))
 
     # -- proposing -----------------------------------------------------------
-    def propose(self, ctx: DraftContext) -> Draft | None:
-        t0 = time.perf_counter()
-        try:
-            return self._propose(ctx)
-        finally:
-            self.calls += 1
-            self.seconds += time.perf_counter() - t0
-
     def _propose(self, ctx: DraftContext) -> Draft | None:
         toks = ctx.tokens
         if len(toks) < 2 or ctx.max_tokens <= 0:
