@@ -58,3 +58,27 @@ def test_conflicting_occurrence_marks_the_tier():
     assert d is not None and d.tokens[0] == 9 and d.tier == "m4x"
     d = LookupSource().propose(ctx([1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3]))
     assert d is not None and d.tier == "m8"  # both earlier occurrences agree
+
+
+def test_copy_running_into_the_present_continues_from_its_draft():
+    # 5 6 7 repeats with period 3: the copy of the last period is continued past the end
+    d = LookupSource().propose(ctx([1, 5, 6, 7, 5, 6, 7, 5, 6], max_tokens=7))
+    assert d is not None and d.tokens == (7, 5, 6, 7, 5, 6, 7)
+
+
+def test_corpus_copy_stops_at_the_end_of_its_sequence():
+    d = LookupSource().propose(ctx([7, 8, 9], corpus=[[1, 8, 9, 10, 11]], max_tokens=6))
+    assert d is not None and d.tokens == (10, 11)
+
+
+def test_match_in_the_output_is_marked():
+    tokens = [1, 2, 3, 4, 0, 6, 1, 2, 3]
+    in_prompt = LookupSource().propose(DraftContext(StandInModel(), list(tokens), len(tokens)))
+    in_output = LookupSource().propose(DraftContext(StandInModel(), list(tokens), 2))
+    assert in_prompt is not None and in_prompt.tier == "m3"
+    assert in_output is not None and in_output.tier == "m3o"
+
+
+def test_two_token_match_with_another_continuation_is_a_conflict():
+    d = LookupSource().propose(ctx([5, 1, 2, 3, 6, 1, 2, 4, 7, 1, 2]))
+    assert d is not None and d.tokens[0] == 4 and d.tier == "m2x"
