@@ -106,3 +106,59 @@ def test_summary_ratios():
     assert s["modes"]["structspec"]["aggregate_vs_greedy"] == pytest.approx(2.0)
     assert s["modes"]["structspec"]["ratio_vs_greedy"]["median"] == pytest.approx(2.0)
     assert s["modes"]["structspec"]["acceptance"] == pytest.approx(0.75)
+
+
+def test_ablation_modes_run_side_by_side(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    write_suite(suite, ["x = a\nx = a\nx = a\n", "def f(x):\n"])
+    out = tmp_path / "out.json"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "structspec",
+            "benchmark",
+            "--model",
+            "standin",
+            "--suite",
+            f"jsonl:{suite}",
+            "--modes",
+            "greedy,structspec,structspec:lookup+rules",
+            "--max-tokens",
+            "16",
+            "--json-out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    modes = json.loads(out.read_text())["summary"]["modes"]
+    ablation = modes["structspec:lookup+rules"]
+    assert set(ablation["sources"]) <= {"lookup", "rules"}
+    assert "aggregate_vs_structspec:lookup+rules" in modes["structspec"]
+    assert "## Ablation" in p.stdout and "## Draft sources (structspec:lookup+rules)" in p.stdout
+
+
+@pytest.mark.parametrize("mode", ["structspec:", "structspec:nosuch", "fast"])
+def test_unknown_mode_is_one_line(tmp_path, mode):
+    suite = tmp_path / "suite.jsonl"
+    write_suite(suite, ["x = 1\n"])
+    p = subprocess.run(
+        [sys.executable, "-m", "structspec", "benchmark", "--model", "standin"]
+        + ["--suite", f"jsonl:{suite}", "--modes", f"greedy,{mode}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2 and "unknown mode" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_summary_compares_with_ablations():
+    runs = [
+        Run("p", "structspec:lookup", 0, [1] * 11, 2.0, 1.0),
+        Run("p", "structspec", 0, [1] * 11, 1.5, 0.8),
+    ]
+    s = summarize(runs, ["structspec", "structspec:lookup"])
+    assert s["modes"]["structspec"]["aggregate_vs_structspec:lookup"] == pytest.approx(1.25)

@@ -19,7 +19,12 @@ from structspec.completion.documents import (
     TextChange,
 )
 from structspec.completion.prompt import PromptBuilder, header_for, sanitize
-from structspec.completion.service import CompletionRequest, CompletionService, Status
+from structspec.completion.service import (
+    CompletionRequest,
+    CompletionService,
+    Status,
+    draft_language,
+)
 from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean, cut_block
 from structspec.config import Settings
 from structspec.model.base import FimTokens, ModelError, Rows
@@ -278,6 +283,42 @@ def test_other_open_documents_feed_the_lookup_corpus():
     seen, model = run(scenario())
     corpus = seen[0]
     assert any(model.detokenize(seq).startswith("def helper(value)") for seq in corpus)
+
+
+@pytest.mark.parametrize(
+    ("uri", "language_id", "text", "expected"),
+    [
+        ("file:///a/b.txt", "python", "", "python"),  # the editor's id, when known
+        ("file:///a/main.py", "plaintext", "", "python"),  # the file name
+        ("file:///a/run", "plaintext", "#!/bin/bash\necho hi\n", "shellscript"),  # the #! line
+        ("untitled:Untitled-1", "", '{"a": [1, 2]}', "json"),  # the text
+        ("file:///a/notes", "plaintext", "", "plaintext"),  # nothing known: as the editor said
+    ],
+)
+def test_draft_language_falls_back_to_the_file_and_its_text(uri, language_id, text, expected):
+    assert draft_language(uri, language_id, text) == expected
+
+
+def test_sources_see_the_detected_language():
+    async def scenario():
+        svc, _ = make_service()
+        svc.open_document("file:///w/tool.py", "plaintext", 1, "import os\nx = os.")
+        seen: list = []
+        await svc.complete(CompletionRequest("file:///w/tool.py", 1, 7))  # loads the engine
+        engine = svc._engine
+        real_stream = engine.stream
+
+        def spy(*args, **kwargs):
+            seen.append(kwargs.get("language"))
+            return real_stream(*args, **kwargs)
+
+        engine.stream = spy
+        svc._sessions["file:///w/tool.py"].pending = None
+        await svc.complete(CompletionRequest("file:///w/tool.py", 1, 7))
+        svc.close()
+        return seen
+
+    assert run(scenario()) == ["python"]
 
 
 def test_model_that_fails_to_load_reports_and_recovers():

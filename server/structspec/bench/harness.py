@@ -26,6 +26,23 @@ from structspec.engine.stats import PassTrace
 from structspec.model.base import Model
 
 MODES = ("greedy", "structspec", "pld")
+#: ``structspec:lookup+rules`` is structspec with only those draft sources: an
+#: ablation run side by side with the full engine.
+ABLATION_PREFIX = "structspec:"
+
+
+def ablation_sources(mode: str) -> tuple[str, ...] | None:
+    """The draft sources of an ablation mode ``structspec:NAME+NAME``, else ``None``."""
+    if not mode.startswith(ABLATION_PREFIX):
+        return None
+    return tuple(n for n in mode[len(ABLATION_PREFIX) :].split("+") if n)
+
+
+def comparison_bases(modes: Sequence[str]) -> list[str]:
+    """Modes every other mode's speed is compared with: greedy, pld and the ablations."""
+    return [m for m in modes if m in ("greedy", "pld") or ablation_sources(m) is not None]
+
+
 #: A token's logit may sit this far below its row's maximum through batch-shape
 #: noise alone (calibrated on plain greedy output; see FACTS.md).
 NEAR_TIE = 1.0
@@ -221,8 +238,8 @@ def summarize(runs: Sequence[Run], modes: Sequence[str]) -> dict[str, Any]:
             }
             for name, (d, a) in sorted(per_source.items())
         }
-        for base in ("greedy", "pld"):
-            if base == mode or base not in modes:
+        for base in comparison_bases(modes):
+            if base == mode:
                 continue
             ratios = [
                 med_tps[(p, mode)] / med_tps[(p, base)]
@@ -249,7 +266,7 @@ def summarize(runs: Sequence[Run], modes: Sequence[str]) -> dict[str, Any]:
         out["modes"][mode] = m
     # aggregate ratios need every mode's totals: filled in after the loop
     for mode, m in out["modes"].items():
-        for base in ("greedy", "pld"):
+        for base in comparison_bases(modes):
             if base != mode and base in out["modes"] and out["modes"][base]["decode_tps"]:
                 m[f"aggregate_vs_{base}"] = m["decode_tps"] / out["modes"][base]["decode_tps"]
     return out

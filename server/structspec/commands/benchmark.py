@@ -19,6 +19,8 @@ from structspec.bench.harness import (
     Exactness,
     PromptLookupBaseline,
     Run,
+    ablation_sources,
+    comparison_bases,
     run_engine,
     summarize,
     teacher_forced_gaps,
@@ -26,6 +28,7 @@ from structspec.bench.harness import (
 from structspec.bench.suites import SuiteError, load_suite
 from structspec.cli import UserError
 from structspec.commands.common import add_model_arguments, settings_from_args
+from structspec.config import SOURCE_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt (default 128)")
     p.add_argument("--repeat", type=int, default=1, help="runs per prompt and mode (default 1)")
     p.add_argument(
-        "--modes", default=",".join(MODES), help="comma-separated: greedy,structspec,pld"
+        "--modes",
+        default=",".join(MODES),
+        help="comma-separated: greedy,structspec,pld, and structspec:NAME+NAME for "
+        "structspec with only those draft sources (an ablation, e.g. structspec:lookup+rules)",
     )
     p.add_argument(
         "--no-exactness", action="store_true", help="skip the teacher-forced exactness check"
@@ -55,6 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace-csv", help="write one row per verification pass")
     p.add_argument("--markdown-out", help="write the report as Markdown (docs/BENCHMARKS.md)")
     p.set_defaults(func=run)
+
+
+def _valid_ablation(mode: str) -> bool:
+    names = ablation_sources(mode)
+    return bool(names) and all(n in SOURCE_NAMES or n == "all" for n in names or ())
 
 
 def _command_line() -> str:
@@ -81,10 +92,13 @@ def _machine() -> str:
 def run(args: argparse.Namespace) -> int:
     if args.suite == "editor":
         return _run_editor(args)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
+    modes = list(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))
+    unknown = [m for m in modes if m not in MODES and not _valid_ablation(m)]
     if unknown or not modes:
-        raise UserError(f"unknown mode(s) {', '.join(unknown) or '(none)'}; use {','.join(MODES)}")
+        raise UserError(
+            f"unknown mode(s) {', '.join(unknown) or '(none)'}; use {','.join(MODES)} "
+            f"or structspec:SOURCE+SOURCE with sources from {', '.join(SOURCE_NAMES)}, all"
+        )
     if args.repeat < 1 or args.max_tokens < 1 or (args.limit is not None and args.limit < 1):
         raise UserError("--repeat, --max-tokens and --limit must be positive")
     try:
@@ -101,6 +115,11 @@ def run(args: argparse.Namespace) -> int:
     model = engine.model
     if args.recalibrate and hasattr(model, "cost_model") and engine.planner is not None:
         engine.planner.cost = model.cost_model(refresh=True)
+    engines = {m: engine for m in ("greedy", "structspec")}
+    for mode in modes:
+        names = ablation_sources(mode)
+        if names is not None:
+            engines[mode] = load_engine(settings, model=model, sources=names)
     pld = None
     if "pld" in modes:
         path = getattr(model, "path", None)
@@ -135,7 +154,9 @@ def run(args: argparse.Namespace) -> int:
                         baseline_failures.append(str(exc))
                         print(f"structspec: warning: {exc}", file=sys.stderr)
                 else:
-                    runs.append(run_engine(engine, prompt, tokens, mode, rep, args.max_tokens))
+                    runs.append(
+                        run_engine(engines[mode], prompt, tokens, mode, rep, args.max_tokens)
+                    )
                 bar.update(1)
         if not args.no_exactness:
             for mode in exact:
@@ -192,6 +213,7 @@ def _report(
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     n = summary["prompts"]
+    ablations = [b for b in comparison_bases(modes) if b not in ("greedy", "pld")]
     for mode in modes:
         m = summary["modes"][mode]
         per = m.get("ratio_vs_greedy")
@@ -202,10 +224,29 @@ def _report(
             f"{_fmt(m.get('aggregate_vs_greedy'))} | {per_s} | {_fmt(m.get('aggregate_vs_pld'))} | "
             f"{_fmt(m['tokens_per_pass'])} | {_fmt(m['acceptance'])} | {ident} |"
         )
+    if ablations:
+        lines += [
+            "",
+            "## Ablation",
+            "",
+            "| mode | " + " | ".join(f"vs {a}" for a in ablations) + " |",
+            "| --- | " + " | ".join("---" for _ in ablations) + " |",
+        ]
+        for mode in modes:
+            m = summary["modes"][mode]
+            cells = []
+            for a in ablations:
+                agg, per = m.get(f"aggregate_vs_{a}"), m.get(f"ratio_vs_{a}")
+                cells.append(
+                    "-"
+                    if agg is None or per is None
+                    else f"{agg:.2f} (per prompt median {per['median']:.2f}, min {per['min']:.2f})"
+                )
+            lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     if args.repeat > 1:
         lines += ["", "Aggregate ratio per repeat (median [min, max]):", ""]
         for mode in modes:
-            for base in ("greedy", "pld"):
+            for base in comparison_bases(modes):
                 s = summary["modes"][mode].get(f"aggregate_vs_{base}_per_repeat")
                 if s:
                     lines.append(
@@ -220,11 +261,13 @@ def _report(
             "",
         ]
         lines += [f"- {f}" for f in failures]
-    src = summary["modes"].get("structspec", {}).get("sources")
-    if src:
+    for mode in modes:
+        src = summary["modes"][mode].get("sources")
+        if not src:
+            continue
         lines += [
             "",
-            "## Draft sources (structspec)",
+            f"## Draft sources ({mode})",
             "",
             "| source | drafted | accepted | acceptance | share of accepted |",
             "| --- | --- | --- | --- | --- |",

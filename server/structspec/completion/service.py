@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from structspec.completion.cache import PendingSuggestion
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
@@ -45,6 +46,7 @@ from structspec.config import Settings
 from structspec.engine.decode import Engine, EngineError, GenerationOptions
 from structspec.engine.stats import GenerationStats
 from structspec.model.base import Model, ModelError
+from structspec.syntax.domains import detect_language
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,18 @@ ERROR = "error"
 Announce = Callable[[str], None]
 ModelOpener = Callable[..., Model]
 EngineLoader = Callable[..., Engine]
+
+
+def draft_language(uri: str, language_id: str, text: str) -> str:
+    """The languageId the draft sources see for a document.
+
+    The editor's own languageId when the syntax table knows it; otherwise the
+    language detected from the file name and the text (a ``.py`` buffer the
+    editor calls ``plaintext``, a ``#!/bin/sh`` script without an extension),
+    so the syntax sources still serve it. Unknown stays as the editor said.
+    """
+    lang, _ = detect_language(language_id, unquote(urlparse(uri).path), text)
+    return lang.language_ids[0] if lang is not None and lang.language_ids else language_id
 
 
 @dataclass(frozen=True)
@@ -126,8 +140,19 @@ class Status:
 class _Job:
     """One request's work for the worker thread (immutable inputs + a cancel flag)."""
 
-    __slots__ = ("session", "uri", "text", "offset", "language", "ctx", "settings", "others",
-                 "t0", "waiters", "_cancelled")
+    __slots__ = (
+        "session",
+        "uri",
+        "text",
+        "offset",
+        "language",
+        "ctx",
+        "settings",
+        "others",
+        "t0",
+        "waiters",
+        "_cancelled",
+    )
 
     def __init__(
         self,
@@ -232,12 +257,14 @@ class CompletionService:
         self._engine_key: tuple[str, ...] | None = None
         self._prompts: PromptBuilder | None = None
         self._corpus = CorpusCache()
+        self._draft_languages: dict[str, str] = {}  # uri -> languageId the sources see
         self._failed: tuple[tuple[str, int, int, int], str] | None = None
         self._model_name = "not loaded"
 
     # -- documents ---------------------------------------------------------
     def open_document(self, uri: str, language: str, version: int, text: str) -> Document:
         self._touch(uri)
+        self._draft_languages[uri] = draft_language(uri, language, text)
         return self.documents.open(uri, language, version, text)
 
     def change_document(self, uri: str, version: int, changes: Iterable[TextChange]) -> Document:
@@ -249,6 +276,7 @@ class CompletionService:
     def close_document(self, uri: str) -> None:
         self.documents.close(uri)
         self._recent.pop(uri, None)
+        self._draft_languages.pop(uri, None)
         session = self._sessions.pop(uri, None)
         if session is not None and session.job is not None:
             session.job.cancel()
@@ -398,7 +426,8 @@ class CompletionService:
                 for uri in self._recent
                 if uri != request.uri and (d := self.documents.get(uri)) is not None
             ]
-            job = _Job(session, request.uri, text, offset, doc.language, ctx, settings, others, t0)
+            language = self._draft_languages.get(request.uri, doc.language)
+            job = _Job(session, request.uri, text, offset, language, ctx, settings, others, t0)
             task = asyncio.ensure_future(self._execute(job, request.invoked))
             session.job, session.task = job, task
         assert job is not None and task is not None
@@ -709,4 +738,3 @@ class CompletionService:
         if not early and result is not None:
             text = result.text
         return _Outcome(clean(text, job.ctx, mode), stats)
-

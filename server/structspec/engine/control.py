@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from structspec.drafts.base import Draft, DraftContext, DraftSource
 
@@ -43,10 +43,20 @@ class CostModel:
     """``ms[n - 1]`` is the time of one verification pass of ``n`` rows."""
 
     ms: tuple[float, ...]
+    #: ``_padded[n - 1]`` is ``padded_rows(n)``, computed once: it is asked on every pass.
+    _padded: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.ms or any(not (v > 0 and math.isfinite(v)) for v in self.ms):
             raise ValueError(f"a cost table needs positive times, got {self.ms!r}")
+        padded = []
+        for rows in range(1, len(self.ms) + 1):
+            best = rows
+            for n in range(rows, len(self.ms) + 1):
+                if self.ms[n - 1] < self.ms[best - 1]:
+                    best = n
+            padded.append(best)
+        object.__setattr__(self, "_padded", tuple(padded))
 
     @classmethod
     def linear(cls, base: float = 1.0, per_row: float = 0.0, rows: int = MAX_ROWS) -> CostModel:
@@ -62,11 +72,7 @@ class CostModel:
 
     def padded_rows(self, rows: int) -> int:
         """The cheapest row count ``>= rows`` (pad to it when drafts allow)."""
-        best = rows
-        for n in range(rows, self.max_rows + 1):
-            if self.ms[n - 1] < self.ms[best - 1]:
-                best = n
-        return best
+        return self._padded[min(rows, self.max_rows) - 1]
 
     def best_k(self, probs: Sequence[float], scale: float = 1.0) -> tuple[int, float]:
         """Best number of draft tokens for conditional acceptance ``probs``, and its gain.
