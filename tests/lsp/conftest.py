@@ -29,4 +29,3 @@ async def client(lsp_client: LanguageClient):
     lsp_client.server_capabilities = result.capabilities  # type: ignore[attr-defined]
     yield
     await end_session(lsp_client)
-

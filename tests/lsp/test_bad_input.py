@@ -76,7 +76,7 @@ async def test_edits_out_of_range_and_to_unknown_documents(client: LanguageClien
 async def test_one_megabyte_document(client: LanguageClient):
     line = "value_{i} = compute(value_{j}, 'x' * {i})  # filler\n"
     text = "".join(line.format(i=i, j=i // 2) for i in range(20_000))
-    text = text[: 1_000_000] + "\nresult = "
+    text = text[:1_000_000] + "\nresult = "
     assert len(text) > 1_000_000
     big = "file:///work/big.py"
     open_doc(client, text, big)

@@ -178,9 +178,7 @@ class SlowStandIn(StandInModel):
         return super().verify(tokens)
 
 
-def make_service(
-    standin: StandInModel | None = None, **settings
-) -> tuple[CompletionService, list]:
+def make_service(standin: StandInModel | None = None, **settings) -> tuple[CompletionService, list]:
     statuses: list[Status] = []
     messages: list[tuple[str, str]] = []
     opened = standin or StandInModel(eos_bias=-3.0)
@@ -343,8 +341,9 @@ def test_model_that_fails_to_load_reports_and_recovers():
 
 def test_max_latency_stops_at_the_next_newline():
     async def scenario():
-        svc, _ = make_service(SlowStandIn(delay=0.01, eos_bias=-30.0), max_tokens=300,
-                              max_latency_ms=10)
+        svc, _ = make_service(
+            SlowStandIn(delay=0.01, eos_bias=-30.0), max_tokens=300, max_latency_ms=10
+        )
         svc.open_document("u", "python", 1, "def f():\n    ")
         r = await svc.complete(CompletionRequest("u", 1, 4))
         svc.close()

@@ -23,7 +23,12 @@ def test_editor_benchmark_smoke(tmp_path: Path):
     src.write_text("".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30)))
     lines: list[str] = []
     result = run_editor_benchmark(
-        [str(src)], "standin", 1, out=lines.append, points_per_file=2, max_chars=4,
+        [str(src)],
+        "standin",
+        1,
+        out=lines.append,
+        points_per_file=2,
+        max_chars=4,
         reuse_off_keystrokes=3,
     )
     assert set(result["configs"]) == {"structspec", "greedy", "no prefix reuse"}

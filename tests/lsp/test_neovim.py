@@ -80,11 +80,23 @@ def run_nvim(
     if model is not None:
         env["STRUCTSPEC_MODEL"] = model
     cmd = [
-        nvim, "--headless", "-u", str(NVIM_DIR / init), "-i", "NONE", "-n",
-        "example.py", "+luafile " + str(NVIM_DIR / "drive.lua"),
+        nvim,
+        "--headless",
+        "-u",
+        str(NVIM_DIR / init),
+        "-i",
+        "NONE",
+        "-n",
+        "example.py",
+        "+luafile " + str(NVIM_DIR / "drive.lua"),
     ]
     proc = subprocess.run(
-        cmd, cwd=project, env=env, timeout=timeout, capture_output=True, text=True,
+        cmd,
+        cwd=project,
+        env=env,
+        timeout=timeout,
+        capture_output=True,
+        text=True,
         stdin=subprocess.DEVNULL,
     )
     if not out.is_file():

@@ -105,8 +105,15 @@ async def test_tcp_transport(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "structspec.lsp", "--tcp", f"127.0.0.1:{port}",
-        "--model", "standin", "--log-file", str(tmp_path / "lsp.log"),
+        sys.executable,
+        "-m",
+        "structspec.lsp",
+        "--tcp",
+        f"127.0.0.1:{port}",
+        "--model",
+        "standin",
+        "--log-file",
+        str(tmp_path / "lsp.log"),
         env=server_env(),
     )
     try:

@@ -37,8 +37,8 @@ CASES = [
     ("json", '{\n  "name": "x",\n  "n": 1', ',\n  "', "next"),
     ("json", '{\n  "name": "x",', '\n  "', "next"),
     ("json", '{\n  "a": {', '\n    "a": ', "open+k"),  # first keys of objects alike
-    ("json", '[\n  {', '\n    "', "open"),
-    ("json", '{\n  "a": [\n', '    ', "indent"),
+    ("json", "[\n  {", '\n    "', "open"),
+    ("json", '{\n  "a": [\n', "    ", "indent"),
     ("json", '{\n  "a": 1,\n', '  "', "indent"),
     ("html", "<ul>\n  <li>One", "</li>\n  ", "close-inline"),
     ("html", "<p>Some <b>bold", "</b>", "close-inline"),
@@ -54,9 +54,13 @@ CASES = [
     ("go", "func main() {", "\n\t", "block"),
     ("javascript", "function f(a, b", ") {\n  ", "header-close"),
     ("javascript", "if (x) {\n  y()\n} else", " {\n  ", "header-kw"),
-    ("c", "int main() {\n    printf(\"%d\", x", ");\n    ", "close-word"),
-    ("java", "class A {\n    void f() {\n        for (int i = 0; i < n; i++", ") {\n            ",
-     "header-close"),
+    ("c", 'int main() {\n    printf("%d", x', ");\n    ", "close-word"),
+    (
+        "java",
+        "class A {\n    void f() {\n        for (int i = 0; i < n; i++",
+        ") {\n            ",
+        "header-close",
+    ),
     ("rust", "fn main() {\n    let v = vec![1, 2", "];\n    ", "close-word"),
     ("bash", "for f in *.txt; do", "\n", "kw"),
 ]
@@ -123,8 +127,11 @@ JSON_LIST = """{
     [
         # The key that followed in the objects before, and its value when it repeats.
         (JSON_LIST, '",\n    "output_token": "NextToken"', "value-end+k"),
-        (JSON_LIST + '",\n    "output_token": "Next', 'Token",\n    "result_key": "',
-         "value-rest+k"),
+        (
+            JSON_LIST + '",\n    "output_token": "Next',
+            'Token",\n    "result_key": "',
+            "value-rest+k",
+        ),
         # (12 tokens: the cap of the json domain)
         (JSON_LIST + '",\n    "out', 'put_token": "NextToken",\n    "result_key"', "key-rest"),
         (JSON_LIST + '",\n    "output_token": "NextToken",\n    "result_key', '": "', "key-end"),
@@ -167,13 +174,20 @@ def test_incremental_state_equals_a_fresh_start() -> None:
     )
     toks = model.tokenize(text)
     inc = ASTShadowSource(model)
-    ctx = DraftContext(model=model, tokens=toks[:2], n_prompt=2, max_tokens=8, language="python",
-                       generation=10_000)
+    ctx = DraftContext(
+        model=model, tokens=toks[:2], n_prompt=2, max_tokens=8, language="python", generation=10_000
+    )
     for n in range(2, len(toks)):
         got = inc.propose(ctx)
         fresh = ASTShadowSource(model).propose(
-            DraftContext(model=model, tokens=toks[:n], n_prompt=n, max_tokens=8,
-                         language="python", generation=20_000 + n)
+            DraftContext(
+                model=model,
+                tokens=toks[:n],
+                n_prompt=n,
+                max_tokens=8,
+                language="python",
+                generation=20_000 + n,
+            )
         )
         assert got == fresh, (n, model.detokenize(toks[:n]))
         ctx.tokens.append(toks[n])
@@ -194,13 +208,46 @@ def test_never_raises_on_random_text(language: str) -> None:
     model = WordModel()
     src = ASTShadowSource(model)
     rng = random.Random(language)
-    alphabet = ["a", "b", " ", "(", ")", "{", "}", "[", "]", "<", ">", "/", "'", '"', "#", ":",
-                ",", "=", "\n", "  ", "if", "def", "</", "--", "/*", "*/", "\t"]
+    alphabet = [
+        "a",
+        "b",
+        " ",
+        "(",
+        ")",
+        "{",
+        "}",
+        "[",
+        "]",
+        "<",
+        ">",
+        "/",
+        "'",
+        '"',
+        "#",
+        ":",
+        ",",
+        "=",
+        "\n",
+        "  ",
+        "if",
+        "def",
+        "</",
+        "--",
+        "/*",
+        "*/",
+        "\t",
+    ]
     for g in range(30):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 80)))
         toks = model.tokenize(text)
-        ctx = DraftContext(model=model, tokens=toks[:1], n_prompt=1, max_tokens=8,
-                           language=language, generation=30_000 + g)
+        ctx = DraftContext(
+            model=model,
+            tokens=toks[:1],
+            n_prompt=1,
+            max_tokens=8,
+            language=language,
+            generation=30_000 + g,
+        )
         for t in toks[1:]:
             ctx.tokens.append(t)
             draft = src.propose(ctx)
@@ -212,8 +259,12 @@ def test_speculation_with_syntax_sources_is_exact_on_the_stand_in() -> None:
     model = StandInModel(seed=3, n_ctx=2048)
     sources = build_sources(["ast", "motif"], model)
     engine = Engine(model, sources, make_planner(CostModel.linear(1.0, 0.05), sources))
-    for prompt in ["def f(x):\n    if x", "for i in range(n):\n    total = total + i\n",
-                   '{"a": [1, 2], "b": "c', "select a from t order"]:
+    for prompt in [
+        "def f(x):\n    if x",
+        "for i in range(n):\n    total = total + i\n",
+        '{"a": [1, 2], "b": "c',
+        "select a from t order",
+    ]:
         toks = model.tokenize(prompt)
         for language in ("python", "json", "sql", None):
             greedy = engine.generate(toks, GenerationOptions(max_tokens=40, speculative=False))

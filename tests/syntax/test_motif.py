@@ -44,8 +44,7 @@ def test_keywords_follow_the_language(words: WordModel) -> None:
 def test_replay_with_current_bindings(words: WordModel) -> None:
     src = MotifSource(words, single_line_min=1)
     text = (
-        "class P:\n    def __init__(self, name, age):\n        self.name = name\n"
-        "        self.age ="
+        "class P:\n    def __init__(self, name, age):\n        self.name = name\n        self.age ="
     )
     draft = src.propose(context(words, text, "python"))
     assert draft is not None
@@ -88,16 +87,24 @@ def test_max_tokens_limits_the_draft(words: WordModel) -> None:
 def test_motifs_grow_with_the_output_and_come_from_the_corpus(words: WordModel) -> None:
     src = MotifSource(words, single_line_min=1)
     toks = words.tokenize("def f(p):\n")
-    ctx = DraftContext(model=words, tokens=toks, n_prompt=len(toks), max_tokens=8,
-                       language="python", generation=1)
+    ctx = DraftContext(
+        model=words, tokens=toks, n_prompt=len(toks), max_tokens=8, language="python", generation=1
+    )
     assert src.propose(ctx) is None
     for t in words.tokenize("    p.x = p.x + 1\n    q.", add_bos=False):  # the output so far
         ctx.tokens.append(t)
         src.propose(ctx)
     assert draft_text(words, src.propose(ctx)) == "x = q.x + 1\n"
     other = words.tokenize("total = total + step\n")
-    ctx2 = DraftContext(model=words, tokens=words.tokenize("count = count"), n_prompt=3,
-                        max_tokens=8, language="python", generation=2, corpus=[other])
+    ctx2 = DraftContext(
+        model=words,
+        tokens=words.tokenize("count = count"),
+        n_prompt=3,
+        max_tokens=8,
+        language="python",
+        generation=2,
+        corpus=[other],
+    )
     assert draft_text(words, src.propose(ctx2)) == " + step\n"
 
 
@@ -106,8 +113,9 @@ def test_cost_is_a_few_dictionary_hits(words: WordModel) -> None:
     src = MotifSource(words, single_line_min=1)
     body = "".join(f"    item{i} = item{i}.value + {i}\n" for i in range(300))
     toks = words.tokenize(body + "    other = other.")
-    ctx = DraftContext(model=words, tokens=toks, n_prompt=len(toks), max_tokens=8,
-                       language="python", generation=3)
+    ctx = DraftContext(
+        model=words, tokens=toks, n_prompt=len(toks), max_tokens=8, language="python", generation=3
+    )
     first = src.propose(ctx)
     indexed = len(src._index)
     for _ in range(50):

@@ -16,8 +16,14 @@ pytestmark = pytest.mark.model
 
 def ctx_for(model, text: str, language: str | None, generation: int) -> DraftContext:
     toks = model.tokenize(text)
-    return DraftContext(model=model, tokens=toks, n_prompt=len(toks), max_tokens=15,
-                        language=language, generation=generation)
+    return DraftContext(
+        model=model,
+        tokens=toks,
+        n_prompt=len(toks),
+        max_tokens=15,
+        language=language,
+        generation=generation,
+    )
 
 
 @pytest.mark.parametrize(
@@ -27,8 +33,11 @@ def ctx_for(model, text: str, language: str | None, generation: int) -> DraftCon
         ("python", "def f(x):\n    if x > 0", ":\n        "),
         ("json", '{\n  "dev": 1,\n  "name": "x",\n  "dev', '": "'),
         ("json", '{\n  "a": "1",\n  "version": "1', '",\n  "'),
-        ("json", '[{\n  "type": "a",\n  "id": 1\n},\n{\n  "type": "b",\n  "id": 2\n},\n{',
-         '\n  "type": "'),
+        (
+            "json",
+            '[{\n  "type": "a",\n  "id": 1\n},\n{\n  "type": "b",\n  "id": 2\n},\n{',
+            '\n  "type": "',
+        ),
         ("html", "<ul>\n  <li>One", "</li>\n  "),
         ("go", "func main() {\n\tx, err := f()\n\tif err", " != nil {"),
         ("sql", "SELECT a FROM t ORDER", " BY"),
@@ -57,9 +66,12 @@ def test_motif_replays_gemma_tokens(gemma) -> None:
 
 
 PROMPTS = [
-    ("json", '{\n  "name": "structspec",\n  "version": "0.1.0",\n  "description": "Local code '
-             'completion",\n  "scripts": {\n    "build": "tsc -p .",\n    "test": "node test.js"'
-             ',\n    "lint": "eslint src"\n  },\n  "dependencies": {\n    "'),
+    (
+        "json",
+        '{\n  "name": "structspec",\n  "version": "0.1.0",\n  "description": "Local code '
+        'completion",\n  "scripts": {\n    "build": "tsc -p .",\n    "test": "node test.js"'
+        ',\n    "lint": "eslint src"\n  },\n  "dependencies": {\n    "',
+    ),
     ("python", "class Point:\n    def __init__(self, x, y, z):\n        self.x = x\n"),
 ]
 

@@ -12,8 +12,20 @@ from structspec.config import SOURCE_NAMES
 from structspec.syntax import GrammarTableError, detect_domain, grammars_dir, load_table
 from structspec.syntax.table import parse_table
 
-REQUIRED = ["python", "javascript", "typescript", "go", "rust", "json", "html", "sql", "c",
-            "cpp", "java", "bash"]
+REQUIRED = [
+    "python",
+    "javascript",
+    "typescript",
+    "go",
+    "rust",
+    "json",
+    "html",
+    "sql",
+    "c",
+    "cpp",
+    "java",
+    "bash",
+]
 
 
 def test_every_required_language_has_a_grammar_and_compiling_queries() -> None:

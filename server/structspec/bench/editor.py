@@ -82,7 +82,8 @@ def plan_points(files: Sequence[str], points_per_file: int, max_chars: int) -> l
             raise ValueError(f"cannot read {name}: {exc}") from None
         lines = source.splitlines(keepends=True)
         candidates = [
-            i for i, ln in enumerate(lines)
+            i
+            for i, ln in enumerate(lines)
             if len(ln.strip()) >= 8 and i >= max(3, len(lines) // 10)
         ]
         if not candidates:
@@ -248,8 +249,13 @@ class _Replay:
     """One server configuration being replayed (a subprocess and its results)."""
 
     def __init__(
-        self, name: str, options: dict[str, Any], model: str, threads: int,
-        per_point: int | None, timeout_s: float,
+        self,
+        name: str,
+        options: dict[str, Any],
+        model: str,
+        threads: int,
+        per_point: int | None,
+        timeout_s: float,
     ) -> None:
         self.name = name
         self.options = options
@@ -318,7 +324,9 @@ class _Replay:
                 "textDocument/didOpen",
                 {
                     "textDocument": {
-                        "uri": point.uri, "languageId": language, "version": version,
+                        "uri": point.uri,
+                        "languageId": language,
+                        "version": version,
                         "text": point.text,
                     }
                 },
@@ -373,7 +381,11 @@ class _Replay:
 
 
 async def _replay_all(
-    points: Sequence[Point], model: str, threads: int, per_point: int, timeout_s: float,
+    points: Sequence[Point],
+    model: str,
+    threads: int,
+    per_point: int,
+    timeout_s: float,
     out: Out,
 ) -> dict[str, ConfigResult]:
     """Replay every configuration, interleaved point by point.
@@ -382,8 +394,14 @@ async def _replay_all(
     shared machine hit every configuration alike.
     """
     replays = [
-        _Replay(name, options, model, threads,
-                per_point if options.get("prefixReuse") is False else None, timeout_s)
+        _Replay(
+            name,
+            options,
+            model,
+            threads,
+            per_point if options.get("prefixReuse") is False else None,
+            timeout_s,
+        )
         for name, options in CONFIGS
     ]
     current = replays[0]
@@ -442,13 +460,17 @@ def run_editor_benchmark(
     # answers the model computed (typed-through answers cost nothing either way).
     off_result, on_result = results["no prefix reuse"], results["structspec"]
     on_by_key = {
-        k: ms for k, ms, m in zip(on_result.keys, on_result.latencies_ms, on_result.from_model,
-                                  strict=True) if m
+        k: ms
+        for k, ms, m in zip(
+            on_result.keys, on_result.latencies_ms, on_result.from_model, strict=True
+        )
+        if m
     }
     pairs = [
         (on_by_key[k], ms)
-        for k, ms, m in zip(off_result.keys, off_result.latencies_ms, off_result.from_model,
-                            strict=True)
+        for k, ms, m in zip(
+            off_result.keys, off_result.latencies_ms, off_result.from_model, strict=True
+        )
         if m and k in on_by_key
     ]
     on = [p[0] for p in pairs]

@@ -143,8 +143,14 @@ def collect(language: str, limit: int) -> list[dict[str, str]]:
         prompt = cut_prompt(text)
         if prompt is None:
             continue
-        items.append({"id": f"{language}/{path.name}", "prompt": prompt, "language": language,
-                      "source": str(path)})
+        items.append(
+            {
+                "id": f"{language}/{path.name}",
+                "prompt": prompt,
+                "language": language,
+                "source": str(path),
+            }
+        )
     return items
 
 

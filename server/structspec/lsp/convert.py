@@ -61,9 +61,9 @@ def completion_list(suggestion: Suggestion | None) -> types.CompletionList:
         label=label,
         kind=types.CompletionItemKind.Text,
         detail="structspec",
-        documentation=types.MarkupContent(
-            kind=types.MarkupKind.PlainText, value=new_text
-        ) if more else None,
+        documentation=types.MarkupContent(kind=types.MarkupKind.PlainText, value=new_text)
+        if more
+        else None,
         sort_text="0",
         filter_text=first,
         preselect=True,
