@@ -138,3 +138,22 @@ def test_declined_key_drifts_back_to_its_prior():
     for _ in range(100):
         c.forget("s")
     assert low < 0.2 < 0.75 < c.prob("s", 0)
+
+
+def test_a_generation_behind_greedy_drafts_only_clear_wins():
+    from structspec.engine.control import Plan
+
+    # p = 0.66 over 3 tokens: gain (1 + .66 + .44 + .29) / 31.2 * 13.9 = 1.06
+    planner = DraftPlanner(CPU, AdaptiveKController({"s": 0.66}, prior_weight=1e9))
+    ctx = DraftContext(StandInModel(), [0, 5], 2)
+    source = [Fixed("s", [4] * 3)]
+    planner.start_generation()
+    plan = planner.plan(ctx, source, 15, 5.0)
+    assert plan is not None and 1.0 < plan.gain < 1.1
+    planner.observe(plan, 0, 5.0)  # a 4-row pass that gave one token: behind greedy
+    assert planner.balance_ms == pytest.approx(13.9 - 31.2)
+    assert planner.plan(ctx, source, 15, 5.0) is None
+    planner.observe(Plan(Draft((4,) * 15, "s"), 2.0), 15, 5.0)  # a long win: ahead again
+    assert planner.balance_ms > 0 and planner.plan(ctx, source, 15, 5.0) is not None
+    planner.start_generation()  # each generation keeps its own balance
+    assert planner.balance_ms == 0.0

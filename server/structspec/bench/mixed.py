@@ -110,6 +110,20 @@ def cut_prompt(text: str, max_chars: int = MAX_PROMPT_CHARS) -> str | None:
     return None
 
 
+def _unique_id(base: str, items: list[dict[str, str]], path: Path) -> str:
+    """``base``, or with the file's folder (then a counter) when another prompt has it."""
+    taken = {item["id"] for item in items}
+    if base not in taken:
+        return base
+    language, _, name = base.partition("/")
+    candidate = f"{language}/{path.parent.name}/{name}"
+    n = 2
+    while candidate in taken:
+        candidate = f"{language}/{path.parent.name}/{name}#{n}"
+        n += 1
+    return candidate
+
+
 def collect(language: str, limit: int) -> list[dict[str, str]]:
     """Up to ``limit`` prompts of ``language`` from the files found on the machine."""
     if limit <= 0:
@@ -126,6 +140,7 @@ def collect(language: str, limit: int) -> list[dict[str, str]]:
     items: list[dict[str, str]] = []
     if not candidates:
         return items
+    texts: set[str] = set()  # a file shipped twice is one prompt
     # Sample evenly across the sorted candidates, then walk on until enough are usable.
     step = max(1, len(candidates) // (limit * 3))
     order = candidates[::step] + [p for i, p in enumerate(candidates) if i % step]
@@ -141,11 +156,12 @@ def collect(language: str, limit: int) -> list[dict[str, str]]:
         if not _usable(text):
             continue
         prompt = cut_prompt(text)
-        if prompt is None:
+        if prompt is None or prompt in texts:
             continue
+        texts.add(prompt)
         items.append(
             {
-                "id": f"{language}/{path.name}",
+                "id": _unique_id(f"{language}/{path.name}", items, path),
                 "prompt": prompt,
                 "language": language,
                 "source": str(path),

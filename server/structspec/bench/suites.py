@@ -35,6 +35,7 @@ def jsonl(path: str | Path) -> list[Prompt]:
     except (OSError, UnicodeDecodeError) as exc:
         raise SuiteError(f"cannot read suite {p}: {exc}") from None
     prompts = []
+    first_line: dict[str, int] = {}  # results are keyed by id: each must be unique
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -45,9 +46,15 @@ def jsonl(path: str | Path) -> list[Prompt]:
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
             raise SuiteError(f'{p}:{n}: expected {{"id": ..., "prompt": "..."}}')
         language = obj.get("language")
+        prompt_id = str(obj.get("id", n))
+        if prompt_id in first_line:
+            raise SuiteError(
+                f"{p}:{n}: duplicate id {prompt_id!r} (first on line {first_line[prompt_id]})"
+            )
+        first_line[prompt_id] = n
         prompts.append(
             Prompt(
-                str(obj.get("id", n)),
+                prompt_id,
                 obj["prompt"],
                 language if isinstance(language, str) else None,
             )

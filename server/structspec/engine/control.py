@@ -263,7 +263,15 @@ class Plan:
 
 
 class DraftPlanner:
-    """Asks every source for a draft and keeps the one with the best expected gain."""
+    """Asks every source for a draft and keeps the one with the best expected gain.
+
+    A draft is sent when its expected gain exceeds ``min_gain``, or
+    ``min_gain_behind`` while the generation's drafts have so far cost more than
+    they saved (``balance_ms < 0``). The stricter bar when behind bounds what a
+    generation that drafts badly can lose against greedy decoding: replaying
+    80 HumanEval greedy outputs, 1.1 lifted the slowest prompt from 0.88x to
+    0.96x greedy without lowering the aggregate.
+    """
 
     def __init__(
         self,
@@ -272,11 +280,20 @@ class DraftPlanner:
         gate: EntropyGate | None = None,
         *,
         min_gain: float = 1.0,
+        min_gain_behind: float = 1.1,
     ) -> None:
         self.cost = cost
         self.controller = controller or AdaptiveKController()
         self.gate = gate
         self.min_gain = min_gain
+        self.min_gain_behind = min_gain_behind
+        #: Milliseconds this generation's drafts saved (negative: lost) against
+        #: greedy, by the cost table: sum of (accepted + 1) * t(1) - t(rows).
+        self.balance_ms = 0.0
+
+    def start_generation(self) -> None:
+        """A new generation keeps its own balance (statistics carry over)."""
+        self.balance_ms = 0.0
 
     def plan(
         self, ctx: DraftContext, sources: Sequence[DraftSource], limit: int, margin: float
@@ -287,6 +304,7 @@ class DraftPlanner:
             return None
         ctx.max_tokens = limit
         scale = self.gate.scale(margin) if self.gate else 1.0
+        floor = self.min_gain if self.balance_ms >= 0.0 else self.min_gain_behind
         best: Plan | None = None
         for source in sources:
             draft = source.propose(ctx)
@@ -294,7 +312,7 @@ class DraftPlanner:
                 continue
             tokens = draft.tokens[:limit]
             k, gain = self.cost.best_k(self.controller.probs(draft.key, len(tokens)), scale)
-            if k == 0 or gain <= self.min_gain:
+            if k == 0 or gain <= floor:
                 self.controller.forget(draft.key)
                 continue
             if best is not None and gain <= best.gain:
@@ -305,6 +323,8 @@ class DraftPlanner:
         return best
 
     def observe(self, plan: Plan, accepted: int, margin: float) -> None:
+        rows = len(plan.draft.tokens) + 1
+        self.balance_ms += (accepted + 1) * self.cost.t(1) - self.cost.t(rows)
         self.controller.observe(plan.draft.key, len(plan.draft.tokens), accepted)
         if self.gate is not None:
             self.gate.observe(margin, accepted > 0)

@@ -238,6 +238,8 @@ class Generation:
     def _passes(self) -> Iterator[Step]:
         model, stats, planner = self.engine.model, self.stats, self.engine.planner
         speculative = self.options.speculative and planner is not None and bool(self.sources)
+        if speculative and planner is not None:
+            planner.start_generation()
         t0 = time.perf_counter()
         stats.reused_tokens = model.prefill(self.prompt[:-1])
         stats.prefill_ms = (time.perf_counter() - t0) * 1000.0
