@@ -17,36 +17,35 @@ def write_suite(path, prompts):
     path.write_text("\n".join(json.dumps({"id": i, "prompt": p}) for i, p in enumerate(prompts)))
 
 
+def benchmark(suite, *args, timeout=300):
+    """``structspec benchmark`` on the stand-in model in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "structspec", "benchmark", "--model", "standin"]
+        + ["--suite", f"jsonl:{suite}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def test_benchmark_on_standin(tmp_path):
     suite = tmp_path / "suite.jsonl"
     write_suite(suite, ["ab(x):\n", "x = a\nx = a\n", ""])
     out, trace, md = tmp_path / "out.json", tmp_path / "trace.csv", tmp_path / "bench.md"
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "structspec",
-            "benchmark",
-            "--model",
-            "standin",
-            "--suite",
-            f"jsonl:{suite}",
-            "--modes",
-            "greedy,structspec",
-            "--max-tokens",
-            "24",
-            "--repeat",
-            "2",
-            "--json-out",
-            str(out),
-            "--trace-csv",
-            str(trace),
-            "--markdown-out",
-            str(md),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    p = benchmark(
+        suite,
+        "--modes",
+        "greedy,structspec",
+        "--max-tokens",
+        24,
+        "--repeat",
+        2,
+        "--json-out",
+        out,
+        "--trace-csv",
+        trace,
+        "--markdown-out",
+        md,
     )
     assert p.returncode == 0, p.stderr
     data = json.loads(out.read_text())
@@ -67,23 +66,7 @@ def test_benchmark_on_standin(tmp_path):
 def test_bad_suite_is_one_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1}\n')
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "structspec",
-            "benchmark",
-            "--model",
-            "standin",
-            "--suite",
-            f"jsonl:{bad}",
-            "--modes",
-            "greedy",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = benchmark(bad, "--modes", "greedy", timeout=120)
     assert p.returncode == 2 and "bad.jsonl:1" in p.stderr and "Traceback" not in p.stderr
 
 
@@ -112,26 +95,14 @@ def test_ablation_modes_run_side_by_side(tmp_path):
     suite = tmp_path / "suite.jsonl"
     write_suite(suite, ["x = a\nx = a\nx = a\n", "def f(x):\n"])
     out = tmp_path / "out.json"
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "structspec",
-            "benchmark",
-            "--model",
-            "standin",
-            "--suite",
-            f"jsonl:{suite}",
-            "--modes",
-            "greedy,structspec,structspec:lookup+rules",
-            "--max-tokens",
-            "16",
-            "--json-out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    p = benchmark(
+        suite,
+        "--modes",
+        "greedy,structspec,structspec:lookup+rules",
+        "--max-tokens",
+        16,
+        "--json-out",
+        out,
     )
     assert p.returncode == 0, p.stderr
     modes = json.loads(out.read_text())["summary"]["modes"]
@@ -145,13 +116,7 @@ def test_ablation_modes_run_side_by_side(tmp_path):
 def test_unknown_mode_is_one_line(tmp_path, mode):
     suite = tmp_path / "suite.jsonl"
     write_suite(suite, ["x = 1\n"])
-    p = subprocess.run(
-        [sys.executable, "-m", "structspec", "benchmark", "--model", "standin"]
-        + ["--suite", f"jsonl:{suite}", "--modes", f"greedy,{mode}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = benchmark(suite, "--modes", f"greedy,{mode}", timeout=120)
     assert p.returncode == 2 and "unknown mode" in p.stderr and "Traceback" not in p.stderr
 
 
