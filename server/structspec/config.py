@@ -21,13 +21,28 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 #: Names of the draft sources a user can choose (``sources = ["all"]`` is every one).
 SOURCE_NAMES = ("lookup", "rules", "python", "ast", "motif")
+
+
+def resolve_sources(names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` in the order of ``SOURCE_NAMES``, ``all`` expanded.
+
+    Raises ``ValueError`` naming every unknown name (the message is for the user).
+    """
+    names = tuple(names)
+    unknown = [n for n in names if n != "all" and n not in SOURCE_NAMES]
+    if unknown:
+        raise ValueError(
+            f"unknown draft source(s) {', '.join(unknown)}; choose from all, "
+            + ", ".join(SOURCE_NAMES)
+        )
+    return tuple(s for s in SOURCE_NAMES if s in names or "all" in names)
 
 
 def _default_threads() -> int:
@@ -52,9 +67,7 @@ class Settings:
 
     def source_names(self) -> tuple[str, ...]:
         """The enabled draft sources, ``all`` expanded."""
-        if "all" in self.sources:
-            return SOURCE_NAMES
-        return tuple(s for s in SOURCE_NAMES if s in self.sources)
+        return resolve_sources(self.sources)
 
 
 _BOUNDS: dict[str, tuple[int, int]] = {
@@ -115,12 +128,7 @@ def _coerce(name: str, kind: Any, value: Any, field_name: str | None = None) -> 
     else:
         raise ValueError(f"{name} must be a list of strings, not {value!r}")
     if name == "sources":
-        unknown = [v for v in items if v != "all" and v not in SOURCE_NAMES]
-        if unknown:
-            raise ValueError(
-                f"unknown draft source(s) {', '.join(unknown)}; choose from all, "
-                + ", ".join(SOURCE_NAMES)
-            )
+        resolve_sources(items)
     return tuple(items)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from structspec.config import Settings
 from structspec.drafts.base import DraftSource
+from structspec.drafts.domain import domain_policy
 from structspec.drafts.registry import build_sources
 from structspec.engine.control import AdaptiveKController, CostModel, DraftPlanner, EntropyGate
 from structspec.engine.decode import Engine
@@ -95,4 +96,5 @@ def load_engine(
         )
     names = settings.source_names() if sources is None else tuple(sources)
     built = build_sources(names, model, rules_file=settings.rules_file)
-    return Engine(model, built, make_planner(cost_model_for(model, announce), built))
+    planner = make_planner(cost_model_for(model, announce), built)
+    return Engine(model, built, planner, policy=domain_policy)

@@ -110,6 +110,7 @@ def test_header_and_sanitize():
     assert header_for("file:///home/u/my%20proj/app.py", "python") == "# Path: app.py\n"
     assert header_for("file:///x/main.go", "go") == "// Path: main.go\n"
     assert header_for("file:///x/notes.txt", "plaintext") == ""
+    assert header_for("file://[x/y.py", "python") == "# Path: y.py\n"  # malformed: no crash
     assert sanitize("a\x00b\udcff") == "ab?"
 
 
@@ -291,6 +292,7 @@ def test_other_open_documents_feed_the_lookup_corpus():
         ("file:///a/run", "plaintext", "#!/bin/bash\necho hi\n", "shellscript"),  # the #! line
         ("untitled:Untitled-1", "", '{"a": [1, 2]}', "json"),  # the text
         ("file:///a/notes", "plaintext", "", "plaintext"),  # nothing known: as the editor said
+        ("file://[bad/x.py", "plaintext", "", "python"),  # a malformed URI: its name still says
     ],
 )
 def test_draft_language_falls_back_to_the_file_and_its_text(uri, language_id, text, expected):

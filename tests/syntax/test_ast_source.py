@@ -142,7 +142,7 @@ JSON_LIST = """{
 )
 def test_json_predicts_keys_and_values_from_sibling_objects(text, expected, tier) -> None:
     model = WordModel()
-    draft = ASTShadowSource(model).propose(context(model, text, "json", max_tokens=16))
+    draft = ASTShadowSource(model).propose(context(model, text, "json", max_tokens=12))
     assert draft is not None
     assert (draft_text(model, draft), draft.tier) == (expected, tier)
 

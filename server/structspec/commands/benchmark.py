@@ -28,7 +28,7 @@ from structspec.bench.harness import (
 from structspec.bench.suites import SuiteError, load_suite
 from structspec.cli import UserError
 from structspec.commands.common import add_model_arguments, settings_from_args
-from structspec.config import SOURCE_NAMES
+from structspec.config import SOURCE_NAMES, resolve_sources
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,7 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _valid_ablation(mode: str) -> bool:
     names = ablation_sources(mode)
-    return bool(names) and all(n in SOURCE_NAMES or n == "all" for n in names or ())
+    try:
+        return bool(names) and bool(resolve_sources(names or ()))
+    except ValueError:
+        return False
 
 
 def _command_line() -> str:

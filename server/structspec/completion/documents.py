@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from urllib.parse import unquote, urlparse
 
 #: Line breaks as LSP defines them.
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -22,6 +23,14 @@ UTF8 = "utf-8"
 UTF16 = "utf-16"
 UTF32 = "utf-32"
 ENCODINGS = (UTF8, UTF16, UTF32)
+
+
+def uri_path(uri: str) -> str:
+    """The file path of a document URI (``uri`` itself when it has none or is malformed)."""
+    try:
+        return unquote(urlparse(uri).path) or uri
+    except ValueError:  # a malformed URI (``file://[x``) names no path we can read
+        return uri
 
 
 def _units(ch: str, encoding: str) -> int:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from urllib.parse import unquote, urlparse
 
+from structspec.completion.documents import uri_path
 from structspec.engine.decode import PASS_ROWS_RESERVE
 from structspec.model.base import Model
 
@@ -64,10 +64,7 @@ def header_for(uri: str, language: str) -> str:
     leader = _COMMENT.get(language)
     if not leader:
         return ""
-    try:
-        path = unquote(urlparse(uri).path) or uri
-    except ValueError:
-        path = uri
+    path = uri_path(uri)
     name = posixpath.basename(path.rstrip("/")) or path
     name = sanitize(name).replace("\n", " ").replace("\r", " ")[:200]
     return f"{leader} Path: {name}\n" if name else ""

@@ -28,7 +28,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from structspec.completion.cache import PendingSuggestion
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
@@ -38,6 +37,7 @@ from structspec.completion.documents import (
     DocumentStore,
     TextChange,
     index_to_column,
+    uri_path,
 )
 from structspec.completion.prompt import PromptBuilder
 from structspec.completion.stats import AcceptanceStats
@@ -71,7 +71,7 @@ def draft_language(uri: str, language_id: str, text: str) -> str:
     editor calls ``plaintext``, a ``#!/bin/sh`` script without an extension),
     so the syntax sources still serve it. Unknown stays as the editor said.
     """
-    lang, _ = detect_language(language_id, unquote(urlparse(uri).path), text)
+    lang, _ = detect_language(language_id, uri_path(uri), text)
     return lang.language_ids[0] if lang is not None and lang.language_ids else language_id
 
 

@@ -52,7 +52,7 @@ from collections.abc import Sequence
 
 from structspec.drafts.base import Draft, DraftContext, TimedPropose
 from structspec.model.base import Model
-from structspec.syntax.domains import Domain, detect_language, domain_for_language
+from structspec.syntax.domains import detect_language
 from structspec.syntax.lexer import AFTER, COLON, KEY, VALUE, LexState
 from structspec.syntax.shadow import ShadowTree
 from structspec.syntax.table import GrammarTableError, LanguageSpec, LanguageTable, load_table
@@ -231,7 +231,6 @@ class ASTShadowSource(TimedPropose):
         self._lex: LexState | None = None
         self._tree: ShadowTree | None = None
         self._trees: dict[str, ShadowTree | None] = {}
-        self._domain: Domain | None = None
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._token_cache: dict[tuple[int, str], tuple[int, ...]] = {}
         self._skip_tokens: set[int] = set()
@@ -275,7 +274,6 @@ class ASTShadowSource(TimedPropose):
         lang: LanguageSpec | None = table.for_language_id(ctx.language)
         if lang is None:
             lang, _ = detect_language(None, None, data.decode("utf-8", "replace"), table=table)
-        self._domain = domain_for_language(lang)
         self._key = (ctx.generation, id(toks))
         self._seen = len(toks)
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -312,8 +310,8 @@ class ASTShadowSource(TimedPropose):
         if self._table is None or ctx.max_tokens <= 0 or len(ctx.tokens) < 1:
             return None
         self._sync(ctx)
-        lex, domain = self._lex, self._domain
-        if lex is None or domain is None or not domain.allows(self.name):
+        lex = self._lex
+        if lex is None:
             self.state = "off"
             return None
         cand = self.candidate()
@@ -333,8 +331,7 @@ class ASTShadowSource(TimedPropose):
                 self.state = "skip"
                 return None
         tokens = self._tokens(ctx.tokens[-1], text)
-        limit = min(ctx.max_tokens, domain.cap(self.name))
-        tokens = tokens[:limit]
+        tokens = tokens[: ctx.max_tokens]
         self.state = tier
         return Draft(tokens, self.name, tier) if tokens else None
 

@@ -16,7 +16,7 @@ verification pass, on the decode hot path.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -46,6 +46,27 @@ class Draft:
         return f"{self.source}:{self.tier}" if self.tier else self.source
 
 
+@dataclass(frozen=True)
+class SourcePolicy:
+    """Which sources may draft in a generation, and at most how many tokens each per pass.
+
+    A buffer's domain decides it (``structspec.drafts.domain``): JSON gets no
+    Python syntax rules, and the ast source drafts at most 6 tokens in Python.
+    ``sources`` ``None`` allows every source; a source absent from ``caps`` is
+    bounded by the pass limit alone.
+    """
+
+    sources: frozenset[str] | None = None
+    caps: Mapping[str, int] = field(default_factory=dict)
+
+    def allows(self, source: str) -> bool:
+        return self.sources is None or source in self.sources
+
+    def cap(self, source: str, limit: int) -> int:
+        """Most tokens ``source`` may draft when the pass allows ``limit``."""
+        return min(limit, self.caps.get(source, limit))
+
+
 @dataclass
 class DraftContext:
     """What a source sees when asked to draft.
@@ -55,7 +76,8 @@ class DraftContext:
     generation (sources may index it incrementally: ``generation`` changes when
     a new generation starts). ``corpus`` holds other token sequences worth
     looking in (the open buffers of an editor). ``language`` is an LSP
-    languageId when known.
+    languageId when known. ``max_tokens`` is the most a source may draft now:
+    the planner sets it per source from the pass limit and ``policy``.
     """
 
     model: Model
@@ -65,12 +87,12 @@ class DraftContext:
     corpus: Sequence[Sequence[int]] = ()
     language: str | None = None
     generation: int = 0
-    prefix_text: str = ""
-    _text_cache: dict[int, str] = field(default_factory=dict, repr=False)
+    policy: SourcePolicy = field(default_factory=SourcePolicy)
+    _text_cache: dict[tuple[int, int], str] = field(default_factory=dict, repr=False)
 
     def text_tail(self, n_tokens: int = 48) -> str:
         """Decoded text of the last ``n_tokens`` tokens (cached per context length)."""
-        key = len(self.tokens) * 1024 + n_tokens
+        key = (len(self.tokens), n_tokens)
         text = self._text_cache.get(key)
         if text is None:
             self._text_cache.clear()

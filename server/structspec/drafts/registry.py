@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from structspec.config import SOURCE_NAMES
+from structspec.config import SOURCE_NAMES, resolve_sources
 from structspec.drafts.base import DraftSource
 from structspec.model.base import Model
 
@@ -67,11 +67,5 @@ assert tuple(FACTORIES) == SOURCE_NAMES
 
 def build_sources(names: Iterable[str], model: Model, *, rules_file: str = "") -> list[DraftSource]:
     """Sources in the order of ``SOURCE_NAMES`` (ties in expected gain go to the earlier)."""
-    wanted = set(names)
-    if "all" in wanted:
-        wanted = set(SOURCE_NAMES)
-    unknown = wanted - set(SOURCE_NAMES)
-    if unknown:
-        raise ValueError(f"unknown draft source(s): {', '.join(sorted(unknown))}")
     options = SourceOptions(rules_file=rules_file)
-    return [FACTORIES[name](model, options) for name in SOURCE_NAMES if name in wanted]
+    return [FACTORIES[name](model, options) for name in resolve_sources(names)]

@@ -302,15 +302,17 @@ class DraftPlanner:
         limit = min(limit, self.cost.max_rows - 1)
         if limit <= 0:
             return None
-        ctx.max_tokens = limit
         scale = self.gate.scale(margin) if self.gate else 1.0
         floor = self.min_gain if self.balance_ms >= 0.0 else self.min_gain_behind
         best: Plan | None = None
         for source in sources:
+            ctx.max_tokens = ctx.policy.cap(source.name, limit)
+            if ctx.max_tokens <= 0:
+                continue
             draft = source.propose(ctx)
             if draft is None or not draft.tokens:
                 continue
-            tokens = draft.tokens[:limit]
+            tokens = draft.tokens[: ctx.max_tokens]
             k, gain = self.cost.best_k(self.controller.probs(draft.key, len(tokens)), scale)
             if k == 0 or gain <= floor:
                 self.controller.forget(draft.key)

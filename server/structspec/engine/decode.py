@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from structspec.drafts.base import Draft, DraftContext, DraftSource
+from structspec.drafts.base import Draft, DraftContext, DraftSource, SourcePolicy
 from structspec.engine.control import DraftPlanner, Plan
 from structspec.engine.stats import GenerationStats
 from structspec.engine.stops import TextStream
@@ -116,8 +116,10 @@ class Engine:
     """Generates from one model with a set of draft sources and a planner.
 
     The planner's statistics live as long as the engine: acceptance learnt on
-    one request informs the next. ``stream`` is not reentrant; callers that
-    share an engine serialise on it (the LSP and HTTP servers hold a lock).
+    one request informs the next. ``policy`` (asked once per generation) says
+    which sources may draft for the buffer and how far, usually from its
+    language's domain. ``stream`` is not reentrant; callers that share an
+    engine serialise on it (the LSP and HTTP servers hold a lock).
     """
 
     def __init__(
@@ -125,10 +127,12 @@ class Engine:
         model: Model,
         sources: Sequence[DraftSource] = (),
         planner: DraftPlanner | None = None,
+        policy: Callable[[DraftContext], SourcePolicy] | None = None,
     ) -> None:
         self.model = model
         self.sources = list(sources)
         self.planner = planner
+        self.policy = policy
         self._generation = 0
 
     def generate(
@@ -200,7 +204,6 @@ class Generation:
         self.options = options
         self.max_tokens = max_tokens
         self.prompt = prompt
-        self.sources = sources
         self.cancelled = cancelled or (lambda: False)
         self.stats = GenerationStats(prompt_tokens=len(prompt), truncated_prompt_tokens=dropped)
         self.warnings: list[str] = []
@@ -219,6 +222,9 @@ class Generation:
             language=language,
             generation=generation,
         )
+        if engine.policy is not None and sources:
+            self.ctx.policy = engine.policy(self.ctx)
+        self.sources = [s for s in sources if self.ctx.policy.allows(s.name)]
         self.output: list[int] = []
         self.text = TextStream(options.stop)
         self.result: GenerationResult | None = None
