@@ -65,10 +65,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _valid_ablation(mode: str) -> bool:
     names = ablation_sources(mode)
+    if not names:
+        return False
     try:
-        return bool(names) and bool(resolve_sources(names or ()))
+        resolve_sources(names)
     except ValueError:
         return False
+    return True
 
 
 def _command_line() -> str:
