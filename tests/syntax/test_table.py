@@ -89,8 +89,8 @@ def test_detect_domain(language_id, path, text, domain, language, how) -> None:
 
 def test_generic_domain_has_no_syntax_source() -> None:
     d = detect_domain(None, None, "")
-    assert not d.allows("ast") and d.allows("motif")
-    assert d.cap("lookup") > 0
+    assert "ast" not in d.sources and "motif" in d.sources
+    assert "lookup" in d.sources and d.caps.get("lookup", 1) > 0
 
 
 def test_bad_entries_are_skipped_with_a_warning(tmp_path: Path) -> None:

@@ -22,20 +22,16 @@ _SNIFF_CHARS = 8192
 
 @dataclass(frozen=True)
 class Domain:
-    """The domain of a buffer: its name, language (if known), sources and caps."""
+    """The domain of a buffer: its name, language (if known), sources and caps.
+
+    The engine applies the sources and caps (``structspec.drafts.domain``).
+    """
 
     name: str
     language: LanguageSpec | None
     sources: tuple[str, ...]
     caps: dict[str, int] = field(default_factory=dict)
     detected_by: str = "default"
-
-    def allows(self, source: str) -> bool:
-        return source in self.sources
-
-    def cap(self, source: str, default: int = 16) -> int:
-        """Most tokens ``source`` may draft per pass in this domain."""
-        return self.caps.get(source, default)
 
 
 def _domain(table: LanguageTable, lang: LanguageSpec | None, how: str) -> Domain:
