@@ -94,7 +94,13 @@ def load_engine(
             threads=settings.threads,
             announce=announce,
         )
+    return assemble_engine(model, settings, cost_model_for(model, announce), sources=sources)
+
+
+def assemble_engine(
+    model: Model, settings: Settings, cost: CostModel, *, sources: Sequence[str] | None = None
+) -> Engine:
+    """The engine of ``settings`` over an open ``model`` with the cost table ``cost``."""
     names = settings.source_names() if sources is None else tuple(sources)
     built = build_sources(names, model, rules_file=settings.rules_file)
-    planner = make_planner(cost_model_for(model, announce), built)
-    return Engine(model, built, planner, policy=domain_policy)
+    return Engine(model, built, make_planner(cost, built), policy=domain_policy)

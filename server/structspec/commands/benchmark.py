@@ -60,6 +60,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json-out", help="write per-prompt, per-mode tokens and stats as JSON")
     p.add_argument("--trace-csv", help="write one row per verification pass")
     p.add_argument("--markdown-out", help="write the report as Markdown (docs/BENCHMARKS.md)")
+    p.add_argument(
+        "--record",
+        metavar="OUT",
+        help="decode the suite greedily and write a recording for --replay (no other output)",
+    )
+    p.add_argument(
+        "--replay",
+        metavar="RECORDING",
+        help="run a recording through the planner and sources: predicted speed-up and a hash "
+        "of every pass, without decoding",
+    )
     p.set_defaults(func=run)
 
 
@@ -96,6 +107,8 @@ def _machine() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.replay:
+        return _run_replay(args)
     if args.suite == "editor":
         return _run_editor(args)
     modes = list(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))
@@ -117,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
     from structspec.runtime import load_engine
 
     settings = settings_from_args(args).settings
+    if args.record:
+        return _run_record(args, settings, prompts)
     engine = load_engine(settings)
     model = engine.model
     if args.recalibrate and hasattr(model, "cost_model") and engine.planner is not None:
@@ -424,3 +439,47 @@ def _run_editor(args: argparse.Namespace) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result), encoding="utf-8")
     return 0
+
+
+def _run_record(args: argparse.Namespace, settings: Any, prompts: list) -> int:
+    from structspec.bench.replay import record
+    from structspec.runtime import cost_model_for, open_model
+
+    model = open_model(settings.model, context_size=settings.context_size, threads=settings.threads)
+    cost = cost_model_for(model)
+    rec = record(
+        model,
+        ((p.id, p.language, model.tokenize(p.prompt)) for p in prompts),
+        max_tokens=args.max_tokens,
+        cost_ms=cost.ms,
+        threads=settings.threads,
+    )
+    try:
+        Path(args.record).write_text(rec.to_json(), encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {args.record}: {exc}") from None
+    print(f"recorded {len(rec.prompts)} prompts to {args.record}")
+    return 0
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    from structspec.bench.replay import Recording, ReplayError, replay, report
+    from structspec.runtime import assemble_engine, open_model
+
+    try:
+        recording = Recording.load(args.replay)
+    except ReplayError as exc:
+        raise UserError(str(exc)) from None
+    settings = settings_from_args(args).settings
+    vocab = open_model(settings.model, context_size=256, threads=1)  # its tokenizer only
+    if vocab.name != recording.model:
+        raise UserError(f"the recording is of {recording.model}, not {vocab.name}")
+    prompts = recording.prompts[: args.limit] if args.limit else None
+    result = replay(
+        recording,
+        vocab,
+        lambda model, cost: assemble_engine(model, settings, cost),
+        prompts=prompts,
+    )
+    print(report(result, recording))
+    return 1 if result.mismatches else 0

@@ -1,0 +1,331 @@
+"""Replay recorded greedy outputs through the planner and the draft sources, without the model.
+
+Why: the decode loop's output is the greedy output whatever the drafts (see
+``structspec.engine.decode``), so what a change to the planner or a draft
+source can alter is only *which passes* are made: which source drafts, what
+it drafts, how much of it is accepted. Given the model's greedy choices and
+the top-1/top-2 margin of each row, recorded once on the real model, every
+pass is determined, and so is its predicted cost from a fixed cost table. The
+replay therefore runs the real planner and the real sources in milliseconds
+per prompt, deterministically, and a SHA-256 over every pass says whether a
+restructuring changed anything at all.
+
+A recording (``Recording``, JSON) holds, per prompt, the prompt's token ids,
+the greedy tokens that followed (the end-of-generation token included when the
+model chose it) and the margin of the row that chose each one, plus the cost
+table and the model's file name. It holds no weights: the replay opens the
+same GGUF only for its tokenizer (the sources read text), and never decodes.
+
+What the replay cannot know: rows after a rejected draft token. They are
+never read by the decode loop (it reads argmax and margin up to the first
+rejection only), so ``ReplayModel.verify`` fills them with ``-1``.
+
+Record: ``structspec benchmark --record OUT.json --limit 40 --max-tokens 128``.
+Replay: ``structspec benchmark --replay OUT.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from structspec.engine.control import CostModel
+from structspec.engine.decode import Engine, GenerationOptions
+from structspec.model.base import FimTokens, Model, Rows, TokenCheck
+
+#: Bump when the recording's layout changes.
+RECORDING_FORMAT = 1
+
+
+class ReplayError(ValueError):
+    """A recording that cannot be read or does not fit the model (one line for the user)."""
+
+
+@dataclass(frozen=True)
+class RecordedPrompt:
+    """One prompt's greedy generation: ``output[i]`` was chosen with margin ``margins[i]``."""
+
+    id: str
+    language: str | None
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+    margins: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Recording:
+    model: str
+    threads: int
+    max_tokens: int
+    cost_ms: tuple[float, ...]
+    prompts: tuple[RecordedPrompt, ...]
+
+    def to_json(self) -> str:
+        data = {
+            "format": RECORDING_FORMAT,
+            "model": self.model,
+            "threads": self.threads,
+            "max_tokens": self.max_tokens,
+            "cost_ms": [round(v, 4) for v in self.cost_ms],
+            "prompts": [
+                {
+                    "id": p.id,
+                    "language": p.language,
+                    "prompt": list(p.prompt),
+                    "output": list(p.output),
+                    "margins": [round(m, 4) for m in p.margins],
+                }
+                for p in self.prompts
+            ],
+        }
+        return json.dumps(data, separators=(",", ":")) + "\n"
+
+    @classmethod
+    def load(cls, path: str | Path) -> Recording:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            if data.get("format") != RECORDING_FORMAT:
+                raise ReplayError(f"recording {path}: unknown format {data.get('format')!r}")
+            prompts = tuple(
+                RecordedPrompt(
+                    str(p["id"]),
+                    p.get("language"),
+                    tuple(int(t) for t in p["prompt"]),
+                    tuple(int(t) for t in p["output"]),
+                    tuple(float(m) for m in p["margins"]),
+                )
+                for p in data["prompts"]
+            )
+            rec = cls(
+                str(data["model"]),
+                int(data["threads"]),
+                int(data["max_tokens"]),
+                tuple(float(v) for v in data["cost_ms"]),
+                prompts,
+            )
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, ReplayError):
+                raise
+            raise ReplayError(f"cannot read recording {path}: {exc}") from None
+        for p in rec.prompts:
+            if not p.prompt or len(p.output) != len(p.margins):
+                raise ReplayError(f"recording {path}: prompt {p.id} is malformed")
+        return rec
+
+
+class ReplayModel:
+    """A ``Model`` that answers ``verify`` from a recorded greedy sequence.
+
+    The tokenizer is ``vocab``'s (the sources read text); the cache is a list.
+    ``expect`` sets the sequence (prompt followed by the greedy output) that
+    the next generation follows.
+    """
+
+    def __init__(self, vocab: Model, n_ctx: int = 4096) -> None:
+        self.vocab = vocab
+        self.name = vocab.name
+        self.n_ctx = n_ctx
+        self.n_vocab = vocab.n_vocab
+        self._cache: list[int] = []
+        self._full: tuple[int, ...] = ()
+        self._margins: tuple[float, ...] = ()
+        self._n_prompt = 0
+
+    def expect(self, prompt: RecordedPrompt) -> None:
+        self._full = prompt.prompt + prompt.output
+        self._margins = prompt.margins
+        self._n_prompt = len(prompt.prompt)
+        self._cache = []
+
+    # -- tokenizer: the real one ------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
+        return self.vocab.tokenize(text, add_bos=add_bos)
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.vocab.token_bytes(token)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self.vocab.detokenize(tokens)
+
+    def is_eog(self, token: int) -> bool:
+        return self.vocab.is_eog(token)
+
+    def bos_token(self) -> int | None:
+        return self.vocab.bos_token()
+
+    def fim_tokens(self) -> FimTokens | None:
+        return self.vocab.fim_tokens()
+
+    # -- the cache, answered from the recording ---------------------------
+    @property
+    def cached_tokens(self) -> Sequence[int]:
+        return self._cache
+
+    def prefill(self, tokens: Sequence[int]) -> int:
+        self._cache = list(tokens)
+        return 0
+
+    def verify(self, tokens: Sequence[int]) -> Rows:
+        base = len(self._cache)
+        on_track = self._cache == list(self._full[:base])
+        argmax: list[int] = []
+        margins: list[float] = []
+        for i, tok in enumerate(tokens):
+            pos = base + i
+            on_track = on_track and pos < len(self._full) and self._full[pos] == tok
+            nxt = pos + 1
+            if on_track and nxt < len(self._full):
+                argmax.append(self._full[nxt])
+                margins.append(self._margins[nxt - self._n_prompt])
+            elif on_track:
+                raise ReplayError("the generation ran past the recorded output")
+            else:
+                argmax.append(-1)
+                margins.append(0.0)
+        self._cache.extend(tokens)
+        return Rows(argmax, margins)
+
+    def truncate(self, n: int) -> None:
+        del self._cache[max(0, n) :]
+
+    def teacher_forced(self, prompt: Sequence[int], output: Sequence[int]) -> list[TokenCheck]:
+        return []
+
+
+@dataclass
+class ReplayResult:
+    """What a replay predicts, and the hash of every pass it made."""
+
+    digest: str
+    prompts: int = 0
+    tokens: int = 0
+    passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    #: Predicted milliseconds: the cost table's ``t(rows)`` summed over passes.
+    predicted_ms: float = 0.0
+    #: The same tokens decoded greedily: ``t(1)`` per token.
+    greedy_ms: float = 0.0
+    by_source: dict[str, list[int]] = field(default_factory=dict)  # key -> [drafted, accepted]
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float:
+        return self.greedy_ms / self.predicted_ms if self.predicted_ms else 0.0
+
+
+#: Builds the engine to replay through, from the replay model and the cost table
+#: (the composition root's own assembly, so the replay runs what users run).
+EngineFactory = Callable[[Model, CostModel], Engine]
+
+
+def replay(
+    recording: Recording,
+    vocab: Model,
+    make_engine: EngineFactory,
+    *,
+    prompts: Iterable[RecordedPrompt] | None = None,
+) -> ReplayResult:
+    """Run every recorded prompt through one engine (its statistics carry over, as in a run)."""
+    cost = CostModel(recording.cost_ms)
+    model = ReplayModel(vocab)
+    engine = make_engine(model, cost)
+    h = hashlib.sha256()
+    result = ReplayResult(digest="")
+    for rec in recording.prompts if prompts is None else prompts:
+        model.expect(rec)
+        drafts: list[tuple[int, ...]] = []
+        verify = model.verify
+
+        def logged(tokens: Sequence[int], verify: Callable[[Sequence[int]], Rows] = verify) -> Rows:
+            drafts.append(tuple(tokens[1:]))
+            return verify(tokens)
+
+        model.verify = logged  # type: ignore[method-assign]
+        try:
+            gen = engine.stream(
+                rec.prompt,
+                GenerationOptions(max_tokens=recording.max_tokens),
+                language=rec.language,
+            )
+            out = gen.run()
+        finally:
+            del model.verify
+        expected = [t for t in rec.output if not vocab.is_eog(t)][: recording.max_tokens]
+        if out.tokens != expected:
+            result.mismatches.append(rec.id)
+        result.prompts += 1
+        result.tokens += len(out.tokens)
+        for trace, draft in zip(out.stats.trace, drafts, strict=True):
+            h.update(
+                f"{rec.id}\t{trace.index}\t{trace.source}\t"
+                f"{','.join(map(str, draft))}\t{trace.accepted}\n".encode()
+            )
+            result.passes += 1
+            result.drafted += trace.drafted
+            result.accepted += trace.accepted
+            result.predicted_ms += cost.t(trace.drafted + 1)
+            if trace.drafted:
+                s = result.by_source.setdefault(trace.source, [0, 0])
+                s[0] += trace.drafted
+                s[1] += trace.accepted
+        # Greedy makes one pass per token, plus the one that chose the end of generation.
+        greedy_passes = len(out.tokens) + (out.stop_reason == "eos")
+        result.greedy_ms += cost.t(1) * greedy_passes
+    result.digest = h.hexdigest()
+    return result
+
+
+def record(
+    model: Model,
+    prompts: Iterable[tuple[str, str | None, Sequence[int]]],
+    *,
+    max_tokens: int,
+    cost_ms: Sequence[float],
+    threads: int,
+) -> Recording:
+    """Decode each ``(id, language, prompt tokens)`` greedily on ``model`` and record it."""
+    engine = Engine(model)  # no planner: one row per pass, the greedy baseline
+    recorded = []
+    for pid, language, tokens in prompts:
+        chosen: list[int] = []
+        margins: list[float] = []
+        verify = model.verify
+
+        def logged(rows_in: Sequence[int], verify: Callable[[Sequence[int]], Rows] = verify) -> Rows:
+            rows = verify(rows_in)
+            chosen.append(rows.argmax[0])
+            margins.append(float(rows.margin[0]))  # valid only until the next decode
+            return rows
+
+        model.verify = logged  # type: ignore[method-assign]
+        try:
+            model.truncate(0)
+            gen = engine.stream(tokens, GenerationOptions(max_tokens=max_tokens, speculative=False))
+            gen.run()
+        finally:
+            del model.verify
+        recorded.append(RecordedPrompt(pid, language, tuple(gen.prompt), tuple(chosen), tuple(margins)))
+    return Recording(model.name, threads, max_tokens, tuple(cost_ms), tuple(recorded))
+
+
+def report(result: ReplayResult, recording: Recording) -> str:
+    """The replay's prediction in a few lines (the hash last, for scripts)."""
+    lines = [
+        f"replay: {result.prompts} prompts, {result.tokens} tokens, {result.passes} passes "
+        f"({recording.model}, cost table of {recording.threads} threads)",
+        f"predicted: {result.predicted_ms:.1f} ms vs greedy {result.greedy_ms:.1f} ms: "
+        f"speed-up {result.speedup:.3f}x, {result.tokens / max(result.passes, 1):.2f} tokens/pass",
+    ]
+    for key, (drafted, accepted) in sorted(result.by_source.items()):
+        lines.append(f"  {key}: drafted {drafted}, accepted {accepted}")
+    if result.mismatches:
+        lines.append(
+            f"OUTPUT DIFFERS from the recording on {len(result.mismatches)} prompt(s): "
+            + ", ".join(result.mismatches)
+        )
+    lines.append(f"passes sha256: {result.digest}")
+    return "\n".join(lines)
