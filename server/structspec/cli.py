@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from structspec import __version__
+from structspec.errors import UserError as UserError  # re-exported: commands raise it
 
 COMMANDS = (
     "run",
@@ -25,10 +26,6 @@ COMMANDS = (
     "config",
     "vllm_command",
 )
-
-
-class UserError(Exception):
-    """An error caused by the user's input: printed as one line, exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,28 +21,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-#: Names of the draft sources a user can choose (``sources = ["all"]`` is every one).
-SOURCE_NAMES = ("lookup", "rules", "python", "ast", "motif")
-
-
-def resolve_sources(names: Iterable[str]) -> tuple[str, ...]:
-    """``names`` in the order of ``SOURCE_NAMES``, ``all`` expanded.
-
-    Raises ``ValueError`` naming every unknown name (the message is for the user).
-    """
-    names = tuple(names)
-    unknown = [n for n in names if n != "all" and n not in SOURCE_NAMES]
-    if unknown:
-        raise ValueError(
-            f"unknown draft source(s) {', '.join(unknown)}; choose from all, "
-            + ", ".join(SOURCE_NAMES)
-        )
-    return tuple(s for s in SOURCE_NAMES if s in names or "all" in names)
+# The draft sources' names come from their registry (which imports nothing of structspec).
+from structspec.drafts.registry import SOURCE_NAMES as SOURCE_NAMES
+from structspec.drafts.registry import resolve_sources as resolve_sources
 
 
 def _default_threads() -> int:

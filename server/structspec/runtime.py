@@ -10,16 +10,28 @@ the deterministic numpy toy model used by the tests (not a language model).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from structspec.config import Settings
 from structspec.drafts.base import DraftSource
 from structspec.drafts.domain import domain_policy
 from structspec.drafts.registry import build_sources
-from structspec.engine.control import AdaptiveKController, CostModel, DraftPlanner, EntropyGate
+from structspec.engine.control import (
+    AdaptiveKController,
+    CostModel,
+    DraftPlanner,
+    EntropyGate,
+    measure_cost,
+)
 from structspec.engine.decode import Engine
 from structspec.model.base import Model, ModelError
+from structspec.model.extras import GGUFModel, gguf_extras
 from structspec.model.standin import StandInModel
 
 Announce = Callable[[str], None]
@@ -30,14 +42,14 @@ def _stderr(message: str) -> None:
 
 
 def priors_for(sources: Sequence[DraftSource]) -> dict[str, float]:
-    """The controller's starting acceptance estimates, from the sources' own modules.
+    """The controller's starting acceptance estimates: each source's declared ``priors``.
 
-    A source module defines ``PRIORS`` keyed ``source`` or ``source:tier``
-    (measured acceptance); a key without one starts at the controller's default.
+    Keyed ``source`` or ``source:tier`` (measured acceptance, validated by the
+    registry); a key without one starts at the controller's default.
     """
     priors: dict[str, float] = {}
     for source in sources:
-        priors.update(getattr(sys.modules[type(source).__module__], "PRIORS", {}))
+        priors.update(getattr(source, "priors", {}))
     return priors
 
 
@@ -65,14 +77,80 @@ def open_model(
     return LlamaModel.load(path, n_ctx=context_size, threads=threads, slots=slots)
 
 
-def cost_model_for(model: Model, announce: Announce = _stderr) -> CostModel:
-    """The verification cost table of ``model`` on this machine (measured once, cached)."""
-    from structspec.model.llama import LlamaModel
+def cost_model_for(
+    model: Model, announce: Announce | None = _stderr, *, refresh: bool = False
+) -> CostModel:
+    """The verification cost table of ``model`` on this machine.
 
-    if isinstance(model, LlamaModel):
-        return model.cost_model(announce)
-    # The stand-in is a CPU-free toy: give it a CPU-like table so control is exercised.
-    return CostModel(tuple(1.0 + 0.35 * (n - 1) for n in range(1, 17)))
+    A GGUF model's table is measured once per model file, thread count, machine
+    and llama.cpp version, then read from the user's cache directory
+    (``refresh`` measures again). The stand-in is a CPU-free toy: it gets a
+    CPU-like table so that draft control is exercised.
+    """
+    extras = gguf_extras(model)
+    if extras is None:
+        return CostModel(tuple(1.0 + 0.35 * (n - 1) for n in range(1, 17)))
+    path = _cost_cache_path(extras)
+    if not refresh and path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            return CostModel(tuple(float(v) for v in data["ms"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged cache is measured again
+    if announce is not None:
+        announce("structspec: measuring verification cost on this machine (once per model)")
+    cost = measure_verify_cost(model)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps({"model": str(extras.path), "threads": extras.threads, "ms": list(cost.ms)})
+        )
+    except OSError:
+        pass  # no cache: measured again next time
+    return cost
+
+
+def measure_verify_cost(model: Model) -> CostModel:
+    """Time verification passes of 1..16 rows on ``model`` after a 400-token context."""
+    text = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
+    context = model.tokenize(text * 12)[:400]
+    probe = model.tokenize(text * 2, add_bos=False)[:16]
+    model.prefill(context)
+    base = len(model.cached_tokens)
+
+    def run_rows(n: int) -> None:
+        model.verify(probe[:n])
+        model.truncate(base)
+
+    return measure_cost(run_rows)
+
+
+def _cost_cache_path(model: GGUFModel) -> Path:
+    st = model.path.stat()
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(
+                (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu
+            )
+    except OSError:
+        pass
+    import llama_cpp
+
+    key = json.dumps(
+        [
+            model.path.name,
+            st.st_size,
+            int(st.st_mtime),
+            model.threads,
+            os.cpu_count(),
+            cpu,
+            llama_cpp.__version__,
+        ]
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "structspec" / "cost" / f"{digest}.json"
 
 
 def make_planner(cost: CostModel, sources: Sequence[DraftSource] = ()) -> DraftPlanner:

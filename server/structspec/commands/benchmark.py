@@ -26,9 +26,10 @@ from structspec.bench.harness import (
     teacher_forced_gaps,
 )
 from structspec.bench.suites import SuiteError, load_suite
-from structspec.cli import UserError
+from structspec.errors import UserError
 from structspec.commands.common import add_model_arguments, settings_from_args
 from structspec.config import SOURCE_NAMES, resolve_sources
+from structspec.model.extras import gguf_extras
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -127,15 +128,15 @@ def run(args: argparse.Namespace) -> int:
     if args.limit:
         prompts = prompts[: args.limit]
 
-    from structspec.runtime import load_engine
+    from structspec.runtime import cost_model_for, load_engine
 
     settings = settings_from_args(args).settings
     if args.record:
         return _run_record(args, settings, prompts)
     engine = load_engine(settings)
     model = engine.model
-    if args.recalibrate and hasattr(model, "cost_model") and engine.planner is not None:
-        engine.planner.cost = model.cost_model(refresh=True)
+    if args.recalibrate and engine.planner is not None:
+        engine.planner.cost = cost_model_for(model, refresh=True)
     engines = {m: engine for m in ("greedy", "structspec")}
     for mode in modes:
         names = ablation_sources(mode)
@@ -143,10 +144,10 @@ def run(args: argparse.Namespace) -> int:
             engines[mode] = load_engine(settings, model=model, sources=names)
     pld = None
     if "pld" in modes:
-        path = getattr(model, "path", None)
-        if path is None:
+        extras = gguf_extras(model)
+        if extras is None:
             raise UserError("the pld mode needs a GGUF model")
-        pld = PromptLookupBaseline(str(path), settings.threads, n_ctx=settings.context_size)
+        pld = PromptLookupBaseline(str(extras.path), settings.threads, n_ctx=settings.context_size)
 
     from tqdm import tqdm
 

@@ -48,10 +48,15 @@ from __future__ import annotations
 
 import codecs
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from structspec.drafts.base import Draft, DraftContext, TimedPropose
+from structspec.drafts.feedback import TierGate
 from structspec.model.base import Model
+
+if TYPE_CHECKING:
+    from structspec.drafts.registry import SourceOptions
 from structspec.syntax.domains import detect_language
 from structspec.syntax.lexer import AFTER, COLON, KEY, VALUE, LexState
 from structspec.syntax.shadow import ShadowTree
@@ -61,7 +66,7 @@ from structspec.syntax.table import GrammarTableError, LanguageSpec, LanguageTab
 WINDOW_BYTES = 4000
 #: Acceptance priors per tier (first drafted token followed by the model), measured
 #: offline on gemma-3-270m greedy output for 18 mixed-language and 24 HumanEval
-#: prompts; a planner merges them into its priors (``structspec.runtime.PRIORS``).
+#: prompts; the planner starts from them (``ASTShadowSource.priors``).
 PRIORS: dict[str, float] = {
     "ast": 0.7,
     "ast:block": 0.95,
@@ -132,49 +137,6 @@ def _first_word(body: str) -> str:
 _BARE_HEADERS = frozenset({"else", "try", "finally", "do", "loop"})
 
 
-class TierGate:
-    """Stops proposing a tier the model keeps rejecting, and probes it again now and then.
-
-    The controller learns acceptance per ``source:tier`` too, but a tier it has
-    never tried borrows the source's estimate: one poor tier would drag a good
-    source down with it. The gate keeps decayed counts of the first drafted
-    token's acceptance per tier (from ``observe``); a tier below ``floor`` after
-    ``min_trials`` is muted, except for one proposal in ``probe_every``.
-    """
-
-    def __init__(
-        self,
-        *,
-        floor: float = 0.35,
-        min_trials: float = 6.0,
-        decay: float = 0.97,
-        probe_every: int = 40,
-    ) -> None:
-        self.floor = floor
-        self.min_trials = min_trials
-        self.decay = decay
-        self.probe_every = probe_every
-        self._trials: dict[str, float] = {}
-        self._hits: dict[str, float] = {}
-        self._muted: dict[str, int] = {}
-
-    def allows(self, tier: str) -> bool:
-        muted = self._muted.get(tier)
-        if muted is None:
-            return True
-        self._muted[tier] = muted + 1
-        return muted % self.probe_every == self.probe_every - 1
-
-    def observe(self, tier: str, accepted: int) -> None:
-        t = self._trials.get(tier, 0.0) * self.decay + 1.0
-        h = self._hits.get(tier, 0.0) * self.decay + (1.0 if accepted > 0 else 0.0)
-        self._trials[tier], self._hits[tier] = t, h
-        if t >= self.min_trials and h / t < self.floor:
-            self._muted.setdefault(tier, 0)
-        else:
-            self._muted.pop(tier, None)
-
-
 def _header_tier(body: str, word: str, closers: str) -> str:
     """How sure a block header's end is: a bare keyword (``else``) is certain; after a
     closed bracket (``def f(x)``) likely; after a word (``if x > 0``) the condition may
@@ -203,9 +165,15 @@ def _last_word(body: str) -> str:
 
 
 class ASTShadowSource(TimedPropose):
-    """The ASTShadowEngine draft source; see the module docstring."""
+    """The syntax-tree shadow draft source; see the module docstring."""
 
     name = "ast"
+    priors: ClassVar[Mapping[str, float]] = PRIORS
+
+    @classmethod
+    def build(cls, model: Model, options: SourceOptions) -> ASTShadowSource:
+        """The registry's constructor (``structspec.drafts.registry``)."""
+        return cls(model)
 
     def __init__(
         self,

@@ -24,9 +24,14 @@ plain ``m2`` (``PRIORS`` below).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from structspec.drafts.base import Draft, DraftContext
+
+if TYPE_CHECKING:
+    from structspec.drafts.registry import SourceOptions
+    from structspec.model.base import Model
 
 _TIERS = (8, 6, 4, 3, 2)
 
@@ -89,6 +94,12 @@ class LookupSource:
     """Longest-suffix-match drafting over the context and a corpus."""
 
     name = "lookup"
+    priors: ClassVar[Mapping[str, float]] = PRIORS
+
+    @classmethod
+    def build(cls, model: Model, options: SourceOptions) -> LookupSource:
+        """The registry's constructor (``structspec.drafts.registry``)."""
+        return cls()
 
     def __init__(self, *, min_match: int = 2, max_match: int = 16, max_candidates: int = 24):
         self.min_match = max(2, min_match)

@@ -33,16 +33,20 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
-from structspec.drafts.ast_shadow import TierGate
 from structspec.drafts.base import Draft, DraftContext, TimedPropose
+from structspec.drafts.feedback import TierGate
 from structspec.model.base import Model
+
+if TYPE_CHECKING:
+    from structspec.drafts.registry import SourceOptions
 from structspec.syntax.table import GrammarTableError, load_table
 
 #: Acceptance priors per tier (first drafted token followed by the model), measured
-#: offline on gemma-3-270m greedy output (see ``structspec.drafts.ast_shadow.PRIORS``).
+#: offline on gemma-3-270m greedy output, like the ast source's.
 PRIORS: dict[str, float] = {
     "motif": 0.5,
     "motif:l2:p0": 0.7,
@@ -154,9 +158,15 @@ def _tier(prefix: int) -> str:
 
 
 class MotifSource(TimedPropose):
-    """The SymbolicMotifCache draft source; see the module docstring."""
+    """The line-motif draft source; see the module docstring."""
 
     name = "motif"
+    priors: ClassVar[Mapping[str, float]] = PRIORS
+
+    @classmethod
+    def build(cls, model: Model, options: SourceOptions) -> MotifSource:
+        """The registry's constructor (``structspec.drafts.registry``)."""
+        return cls(model)
 
     def __init__(
         self,

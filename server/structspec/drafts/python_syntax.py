@@ -36,14 +36,18 @@ Conversions are cached per (last token, continuation).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from structspec.drafts.base import Draft, DraftContext
-from structspec.drafts.rules import Cooldown
+from structspec.drafts.feedback import Cooldown
 from structspec.model.base import Model
 
-#: Acceptance priors of the tiers for the controller (``structspec.runtime.PRIORS``):
+if TYPE_CHECKING:
+    from structspec.drafts.registry import SourceOptions
+
+#: Acceptance priors of the tiers for the controller (``PythonSyntaxSource.priors``):
 #: first-token acceptance measured on 8 stdlib modules (0.97 / 0.86 / 0.74) and on
 #: 24 HumanEval greedy outputs of the default model (1.0 / 1.0 / 0.93).
 PRIORS = {"python:deterministic": 0.95, "python:strong": 0.85, "python:frequent": 0.75}
@@ -564,6 +568,12 @@ class PythonSyntaxSource:
     """Drafts Python syntax transitions with ``FastSyntaxFSM`` (Python or unknown language)."""
 
     name = "python"
+    priors: ClassVar[Mapping[str, float]] = PRIORS
+
+    @classmethod
+    def build(cls, model: Model, options: SourceOptions) -> PythonSyntaxSource:
+        """The registry's constructor (``structspec.drafts.registry``)."""
+        return cls(model)
 
     def __init__(
         self,

@@ -39,15 +39,19 @@ import gzip
 import hashlib
 import json
 import zlib
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 import numpy as np
 
 from structspec.drafts.base import Draft, DraftContext, SourceError
+from structspec.drafts.feedback import Cooldown
+
+if TYPE_CHECKING:
+    from structspec.drafts.registry import SourceOptions
 
 FORMAT = "structspec-rules"
 VERSION = 1
@@ -60,7 +64,7 @@ CHAIN_THRESHOLDS = {"deterministic": 0.6, "strong": 0.5, "frequent": 0.4}
 #: Longest draft a rule of each tier may propose.
 DEFAULT_CAPS = {"deterministic": 12, "strong": 8, "frequent": 4}
 
-#: Acceptance priors of the tiers for the controller (``structspec.runtime.PRIORS``):
+#: Acceptance priors of the tiers for the controller (``RulesSource.priors``):
 #: first-token acceptance measured on 8 held-out stdlib modules (0.94 / 0.71 / 0.45)
 #: and on 24 HumanEval greedy outputs of the default model (1.0 / 0.9 / 0.65).
 PRIORS = {"rules:deterministic": 0.95, "rules:strong": 0.75, "rules:frequent": 0.5}
@@ -452,49 +456,6 @@ def mine_rules(
 # --------------------------------------------------------------------------- the source
 
 
-class Cooldown:
-    """Mutes a rule after ``after`` first-token rejections in a row, for ``passes`` passes.
-
-    The cooldown doubles each time the rule fails again after serving one (up
-    to 1024x): a rule the model keeps disagreeing with fades out, one that
-    failed by bad luck comes back. ``tick`` is called once per pass.
-    """
-
-    def __init__(self, after: int = 3, passes: int = 64) -> None:
-        self.after = max(1, after)
-        self.passes = max(1, passes)
-        self.now = 0
-        self._fails: dict[Hashable, int] = {}  # consecutive first-token rejections
-        self._strikes: dict[Hashable, int] = {}  # cooldowns served
-        self._until: dict[Hashable, int] = {}  # key -> pass at which its cooldown ends
-
-    def tick(self) -> None:
-        self.now += 1
-
-    def muted(self, key: Hashable) -> bool:
-        until = self._until.get(key)
-        if until is None:
-            return False
-        if self.now < until:
-            return True
-        del self._until[key]
-        return False
-
-    def record(self, key: Hashable, success: bool) -> None:
-        """Feedback on a draft of ``key``: ``success`` if its first token was accepted."""
-        if success:
-            self._fails.pop(key, None)
-            return
-        fails = self._fails.get(key, 0) + 1
-        if fails < self.after:
-            self._fails[key] = fails
-            return
-        self._fails.pop(key, None)
-        strikes = self._strikes.get(key, 0)
-        self._strikes[key] = strikes + 1
-        self._until[key] = self.now + self.passes * (2 ** min(strikes, 10))
-
-
 def default_rules_path() -> Path:
     """The packaged default rules file."""
     return Path(str(resources.files("structspec.drafts") / "data" / DEFAULT_RULES_FILE))
@@ -504,6 +465,17 @@ class RulesSource:
     """Drafts from mined rules, with per-tier caps and cooldown of failing rules."""
 
     name = "rules"
+    priors: ClassVar[Mapping[str, float]] = PRIORS
+
+    @classmethod
+    def build(cls, model: Tokenizer, options: SourceOptions) -> RulesSource:
+        """The registry's constructor: ``options.rules_file``, else the packaged rules.
+
+        Raises ``RulesError`` for a rules file that cannot be used.
+        """
+        if options.rules_file:
+            return cls.load(options.rules_file, model)
+        return cls.default(model)
 
     def __init__(
         self,

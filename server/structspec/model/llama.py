@@ -22,9 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
-import json
 import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from structspec.engine.control import CostModel, measure_cost
 from structspec.model.base import FimTokens, ModelError, Rows, TokenCheck, common_prefix_len
 
 Announce = Callable[[str], None]
@@ -418,68 +415,3 @@ class LlamaModel:
                 best = int(row.argmax())
                 checks.append(TokenCheck(tok, best, float(row[best] - row[tok])))
         return checks
-
-    # -- cost model --------------------------------------------------------
-    def cost_model(self, announce: Announce | None = None, *, refresh: bool = False) -> CostModel:
-        """Verification cost ``t(n)``, measured once per model file, threads and machine."""
-        path = _cost_cache_path(self)
-        if not refresh and path.is_file():
-            try:
-                data = json.loads(path.read_text())
-                return CostModel(tuple(float(v) for v in data["ms"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                pass  # a damaged cache is measured again
-        if announce is not None:
-            announce("structspec: measuring verification cost on this machine (once per model)")
-        cost = self._measure_cost()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(
-                json.dumps({"model": str(self.path), "threads": self.threads, "ms": list(cost.ms)})
-            )
-        except OSError:
-            pass  # no cache: measured again next time
-        return cost
-
-    def _measure_cost(self) -> CostModel:
-        text = (
-            "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
-        )
-        context = self.tokenize(text * 12)[:400]
-        probe = self.tokenize(text * 2, add_bos=False)[:16]
-        self.prefill(context)
-        base = len(self.cached_tokens)
-
-        def run_rows(n: int) -> None:
-            self.verify(probe[:n])
-            self.truncate(base)
-
-        return measure_cost(run_rows)
-
-
-def _cost_cache_path(model: LlamaModel) -> Path:
-    st = model.path.stat()
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(
-                (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu
-            )
-    except OSError:
-        pass
-    import llama_cpp
-
-    key = json.dumps(
-        [
-            model.path.name,
-            st.st_size,
-            int(st.st_mtime),
-            model.threads,
-            os.cpu_count(),
-            cpu,
-            llama_cpp.__version__,
-        ]
-    )
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "structspec" / "cost" / f"{digest}.json"

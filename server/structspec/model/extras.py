@@ -1,0 +1,46 @@
+"""What a model loaded from a GGUF file offers beyond the engine's ``Model``.
+
+The engine needs only ``Model``. Some callers want more when it is there: the
+file the model came from (a cost-table cache key, the ``pld`` baseline), its
+GGUF metadata and chat template (the chat endpoint), and a ``close`` that frees
+the native memory at once. ``gguf_extras(model)`` is the one way to ask: it
+returns the model typed as ``GGUFModel``, or ``None`` for a model without a
+file (the stand-in), instead of each caller probing attributes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from structspec.model.base import Model
+
+
+@runtime_checkable
+class GGUFModel(Model, Protocol):
+    """A ``Model`` backed by a GGUF file and a native context."""
+
+    path: Path
+    threads: int
+
+    def metadata(self, key: str) -> str | None:
+        """A GGUF metadata value as a string, ``None`` when absent."""
+        ...
+
+    def chat_template(self) -> str | None: ...
+
+    def close(self) -> None:
+        """Free the native model and context now (idempotent)."""
+        ...
+
+
+def gguf_extras(model: Model) -> GGUFModel | None:
+    """``model`` as a ``GGUFModel`` when it is one, else ``None``."""
+    return model if isinstance(model, GGUFModel) else None
+
+
+def close_model(model: Model | None) -> None:
+    """Free ``model``'s native memory now if it holds any."""
+    extras = gguf_extras(model) if model is not None else None
+    if extras is not None:
+        extras.close()
