@@ -176,9 +176,61 @@ def load_engine(
 
 
 def assemble_engine(
-    model: Model, settings: Settings, cost: CostModel, *, sources: Sequence[str] | None = None
+    model: Model,
+    settings: Settings,
+    cost: CostModel,
+    *,
+    sources: Sequence[str] | None = None,
+    built: Sequence[DraftSource] | None = None,
 ) -> Engine:
-    """The engine of ``settings`` over an open ``model`` with the cost table ``cost``."""
-    names = settings.source_names() if sources is None else tuple(sources)
-    built = build_sources(names, model, rules_file=settings.rules_file)
+    """The engine of ``settings`` over an open ``model`` with the cost table ``cost``.
+
+    ``built`` uses sources built already; otherwise ``sources`` (default: the
+    settings') are built here, and a source that cannot be raises.
+    """
+    if built is None:
+        names = settings.source_names() if sources is None else tuple(sources)
+        built = build_sources(names, model, rules_file=settings.rules_file)
     return Engine(model, built, make_planner(cost, built), policy=domain_policy)
+
+
+def build_available_sources(
+    settings: Settings, model: Model
+) -> tuple[list[DraftSource], list[str]]:
+    """Every enabled source that can be built, and one warning per one that cannot.
+
+    For a long-running server: a bad source setting must cost that source only,
+    never every completion. A ``rules_file`` that cannot be used (missing,
+    corrupt, another tokenizer) falls back to the packaged rules, and the
+    warning says so.
+    """
+    built: list[DraftSource] = []
+    warnings: list[str] = []
+    for name in settings.source_names():
+        try:
+            built += build_sources([name], model, rules_file=settings.rules_file)
+            continue
+        except Exception as exc:  # a source's failure, whatever it is, must not stop the rest
+            problem = str(exc) or type(exc).__name__
+        if name == "rules" and settings.rules_file:
+            try:
+                built += build_sources([name], model)
+            except Exception as exc:
+                problem += f"; the packaged rules failed too ({exc})"
+            else:
+                warnings.append(
+                    f"structspec: rulesFile {settings.rules_file!r} cannot be used ({problem}); "
+                    "drafting with the packaged rules instead. Fix: set `rulesFile` to a file "
+                    "written by `structspec mine`, or leave it empty."
+                )
+                continue
+        warnings.append(f"structspec: draft source {name!r} is unavailable ({problem})")
+    return built, warnings
+
+
+def load_available_engine(
+    settings: Settings, *, model: Model, announce: Announce = _stderr
+) -> tuple[Engine, list[str]]:
+    """The engine of ``settings`` with every source that can be built (built once), and warnings."""
+    built, warnings = build_available_sources(settings, model)
+    return assemble_engine(model, settings, cost_model_for(model, announce), built=built), warnings

@@ -1,18 +1,25 @@
 """The completion service: documents in, suggestions out, independent of any editor protocol.
 
 Threads: every public method runs on one asyncio event loop (the language
-server's). The model and the engine belong to a single worker thread, so one
-generation uses the model at a time and the loop stays free to answer
-``initialize``, edits and ``shutdown`` while a generation runs. Blocking work
-(loading the model, tokenizing, decoding) never runs on the loop.
+server's). The model and the engine belong to a single worker thread
+(``host.EngineHost``), so one generation uses the model at a time and the loop
+stays free to answer ``initialize``, edits and ``shutdown`` while a generation
+runs. Blocking work (loading the model, tokenizing, decoding) never runs on the
+loop.
+
+This module keeps what lives on the loop: per-document sessions, the
+typing-through cache, debounce, cancellation and status. A request goes:
+typing-through cache (no model) -> debounce -> worker: ``generate.run_completion``.
 
 Stale work: a new request for a document cancels the one in flight for it
 (that one answers ``None``); a cancelled request (``$/cancelRequest``, which
 cancels the awaiting task) stops its generation between verification passes.
 
-A request goes: typing-through cache (no model) -> debounce -> worker: stable
-prompt (see ``prompt``), corpus of the open buffers, engine stream with the
-single-line/block mode and the latency budget -> clean-up (see ``suggest``).
+Settings: ``configure`` is the one way in (the language server's
+``initialized`` too). A change that reshapes the model or the engine queues one
+warm-up on the worker; changes arriving while one is queued share it (it reads
+the latest settings when it runs), so toggling a setting twenty times loads at
+most twice.
 """
 
 from __future__ import annotations
@@ -26,11 +33,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from structspec.completion.cache import PendingSuggestion
-from structspec.completion.corpus import CorpusCache, DocumentSnapshot
+from structspec.completion.corpus import DocumentSnapshot
 from structspec.completion.documents import (
     UTF16,
     Document,
@@ -39,28 +46,35 @@ from structspec.completion.documents import (
     index_to_column,
     uri_path,
 )
-from structspec.completion.prompt import PromptBuilder
+from structspec.completion.generate import CompletionInput, Outcome, run_completion
+from structspec.completion.host import (
+    EngineHost,
+    EngineLoader,
+    ModelOpener,
+    _default_load_engine,
+    _default_open_model,
+    engine_key,
+    model_key,
+)
 from structspec.completion.stats import AcceptanceStats
-from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean, cut_block
+from structspec.completion.suggest import CursorContext
+from structspec.completion.types import (
+    BUSY,
+    ERROR,
+    IDLE,
+    CompletionRequest,
+    Status,
+    Suggestion,
+)
 from structspec.config import Settings
-from structspec.engine.decode import Engine, EngineError, GenerationOptions
+from structspec.engine.decode import EngineError
 from structspec.engine.stats import GenerationStats
-from structspec.model.base import Model, ModelError
+from structspec.model.base import ModelError
 from structspec.syntax.domains import detect_language
 
+__all__ = ["CompletionRequest", "CompletionService", "Status", "Suggestion", "draft_language"]
+
 log = logging.getLogger(__name__)
-
-#: KV caches the model keeps (one per recently completed document), so that
-#: switching between documents does not evaluate either prompt again.
-KV_SLOTS = 3
-
-IDLE = "idle"
-BUSY = "busy"
-ERROR = "error"
-
-Announce = Callable[[str], None]
-ModelOpener = Callable[..., Model]
-EngineLoader = Callable[..., Engine]
 
 
 def draft_language(uri: str, language_id: str, text: str) -> str:
@@ -75,106 +89,14 @@ def draft_language(uri: str, language_id: str, text: str) -> str:
     return lang.language_ids[0] if lang is not None and lang.language_ids else language_id
 
 
-@dataclass(frozen=True)
-class CompletionRequest:
-    """A cursor in an open document; ``invoked``: asked for explicitly (no debounce)."""
-
-    uri: str
-    line: int
-    character: int
-    invoked: bool = False
-
-
-@dataclass(frozen=True)
-class Suggestion:
-    """Text to insert at the cursor, with what a protocol layer needs to present it.
-
-    Columns are in the document store's position encoding. ``line_suffix`` is
-    the text after the cursor on its line; ``word_prefix`` the identifier
-    characters before it (completion menus filter on them).
-    """
-
-    id: str
-    uri: str
-    text: str
-    line: int
-    character: int
-    line_end_character: int
-    line_suffix: str
-    word_prefix: str
-    word_start_character: int
-    mode: str
-    source: str  # "model" or "cache"
-    latency_ms: float
-    stats: GenerationStats | None = None
-
-
-@dataclass(frozen=True)
-class Status:
-    """What ``structspec/status`` reports."""
-
-    state: str
-    model: str
-    tokens_per_second: float | None
-    acceptance: float
-    last_latency_ms: float | None
-    message: str = ""
-    counters: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "model": self.model,
-            "tokensPerSecond": None
-            if self.tokens_per_second is None
-            else round(self.tokens_per_second, 2),
-            "acceptance": round(self.acceptance, 4),
-            "lastLatencyMs": None
-            if self.last_latency_ms is None
-            else round(self.last_latency_ms, 1),
-            "message": self.message,
-            "stats": self.counters,
-        }
-
-
 class _Job:
-    """One request's work for the worker thread (immutable inputs + a cancel flag)."""
+    """One request's work for the worker thread: its inputs, its session and a cancel flag."""
 
-    __slots__ = (
-        "session",
-        "uri",
-        "text",
-        "offset",
-        "language",
-        "ctx",
-        "settings",
-        "others",
-        "t0",
-        "waiters",
-        "_cancelled",
-    )
+    __slots__ = ("session", "input", "waiters", "_cancelled")
 
-    def __init__(
-        self,
-        session: _Session,
-        uri: str,
-        text: str,
-        offset: int,
-        language: str,
-        ctx: CursorContext,
-        settings: Settings,
-        others: list[DocumentSnapshot],
-        t0: float,
-    ) -> None:
+    def __init__(self, session: _Session, inputs: CompletionInput) -> None:
         self.session = session
-        self.uri = uri
-        self.text = text
-        self.offset = offset
-        self.language = language
-        self.ctx = ctx
-        self.settings = settings
-        self.others = others
-        self.t0 = t0
+        self.input = inputs
         self.waiters = 0  # requests awaiting this job
         self._cancelled = threading.Event()
 
@@ -186,11 +108,11 @@ class _Job:
 
 
 @dataclass
-class _Outcome:
-    text: str | None = None
-    stats: GenerationStats | None = None
-    cancelled: bool = False
-    id: str | None = None  # the suggestion's id once it is shown
+class _Result:
+    """A job's outcome as the loop sees it: the suggestion's id once it is shown."""
+
+    outcome: Outcome
+    id: str | None = None
 
 
 @dataclass
@@ -200,19 +122,7 @@ class _Session:
     cut: int | None = None
     pending: PendingSuggestion | None = None
     job: _Job | None = None
-    task: asyncio.Future[_Outcome] | None = None
-
-
-def _default_open_model(spec: str, **kwargs: Any) -> Model:
-    from structspec.runtime import open_model
-
-    return open_model(spec, **kwargs)
-
-
-def _default_load_engine(settings: Settings, **kwargs: Any) -> Engine:
-    from structspec.runtime import load_engine
-
-    return load_engine(settings, **kwargs)
+    task: asyncio.Future[_Result] | None = None
 
 
 class CompletionService:
@@ -236,8 +146,6 @@ class CompletionService:
         self.stats = AcceptanceStats()
         self._on_status = on_status
         self._on_message = on_message
-        self._open_model = open_model
-        self._load_engine = load_engine
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="structspec-engine"
         )
@@ -250,16 +158,19 @@ class CompletionService:
         self._released: threading.Event | None = None
         self._state = IDLE
         self._message = ""
-        # Worker-thread state.
-        self._model: Model | None = None
-        self._model_key: tuple[str, int, int, int] | None = None
-        self._engine: Engine | None = None
-        self._engine_key: tuple[str, ...] | None = None
-        self._prompts: PromptBuilder | None = None
-        self._corpus = CorpusCache()
         self._draft_languages: dict[str, str] = {}  # uri -> languageId the sources see
-        self._failed: tuple[tuple[str, int, int, int], str] | None = None
         self._model_name = "not loaded"
+        #: The model and engine keys the last warm-up was queued for (``None``: never).
+        self._warm_keys: tuple[object, object] | None = None
+        self._warm_queued = False
+        # Worker-thread state.
+        self._host = EngineHost(
+            announce=self._announce,
+            on_loaded=lambda name, warnings: self._call_soon(self._model_loaded, name, warnings),
+            on_failed=lambda message: self._call_soon(self._model_failed, message),
+            open_model=open_model,
+            load_engine=load_engine,
+        )
 
     # -- documents ---------------------------------------------------------
     def open_document(self, uri: str, language: str, version: int, text: str) -> Document:
@@ -287,28 +198,34 @@ class CompletionService:
 
     # -- settings and lifecycle -------------------------------------------
     def configure(self, settings: Settings) -> None:
-        """Use new settings from the next request on; reload the model if it changed."""
-        old = self.settings
+        """Use ``settings`` from the next request on (the one way to apply settings).
+
+        A change of a setting that shapes the model or the engine (the first
+        call included) loads them in the worker now rather than on the next
+        request; other settings cost nothing.
+        """
         self.settings = settings
-        model_changed = (old.model, old.threads, old.context_size, old.prefix_reuse) != (
-            settings.model,
-            settings.threads,
-            settings.context_size,
-            settings.prefix_reuse,
-        )
-        if model_changed or old.source_names() != settings.source_names():
+        if self._warm_keys != (model_key(settings), engine_key(settings)):
             self.start()
 
     def start(self) -> None:
-        """Load the model in the worker now rather than on the first request."""
+        """Load the model and engine for the current settings in the worker now.
+
+        At most one warm-up waits in the queue: it reads the settings of the
+        moment it runs, so settings changed meanwhile share it.
+        """
         self._bind_loop()
         if self._closed:
             return
-        settings = self.settings
+        self._warm_keys = (model_key(self.settings), engine_key(self.settings))
+        if self._warm_queued:
+            return
         self._set_state(BUSY, "loading model")
+        self._warm_queued = True  # before submitting: the worker may clear it at once
         try:
-            future = self._executor.submit(self._warm, settings)
-        except RuntimeError:
+            future = self._executor.submit(self._warm)
+        except RuntimeError:  # shut down
+            self._warm_queued = False
             return
         future.add_done_callback(lambda f: self._call_soon(self._warm_done, f))
 
@@ -331,11 +248,8 @@ class CompletionService:
         released = self._released
 
         def _release() -> None:
-            model, self._model, self._engine = self._model, None, None
-            close = getattr(model, "close", None)
             try:
-                if callable(close):
-                    close()
+                self._host.close()
             finally:
                 released.set()
 
@@ -402,8 +316,8 @@ class CompletionService:
             job is not None
             and task is not None
             and not job.cancelled()
-            and job.text is text
-            and job.offset == offset
+            and job.input.text is text
+            and job.input.offset == offset
         )
         if not shared and job is not None:
             job.cancel()
@@ -427,13 +341,14 @@ class CompletionService:
                 if uri != request.uri and (d := self.documents.get(uri)) is not None
             ]
             language = self._draft_languages.get(request.uri, doc.language)
-            job = _Job(session, request.uri, text, offset, language, ctx, settings, others, t0)
+            inputs = CompletionInput(request.uri, text, offset, language, ctx, settings, others, t0)
+            job = _Job(session, inputs)
             task = asyncio.ensure_future(self._execute(job, request.invoked))
             session.job, session.task = job, task
         assert job is not None and task is not None
         job.waiters += 1
         try:
-            outcome = await asyncio.shield(task)
+            result = await asyncio.shield(task)
         except asyncio.CancelledError:
             job.waiters -= 1
             if job.waiters == 0:
@@ -443,40 +358,42 @@ class CompletionService:
         job.waiters -= 1
         if session.job is job and task.done():
             session.job = session.task = None
-        if outcome.text is None or outcome.id is None or job.cancelled():
+        outcome = result.outcome
+        if outcome.text is None or result.id is None or job.cancelled():
             self.stats.empty += 1
             return None
         latency = (time.perf_counter() - t0) * 1000.0
         self.stats.record_latency(latency)
         return self._suggestion(
-            outcome.id, doc, text, offset, ctx, outcome.text, "model", latency, outcome.stats
+            result.id, doc, text, offset, ctx, outcome.text, "model", latency, outcome.stats
         )
 
-    async def _execute(self, job: _Job, invoked: bool) -> _Outcome:
+    async def _execute(self, job: _Job, invoked: bool) -> _Result:
         """Debounce, generate in the worker, and record the outcome (once per job)."""
-        debounce = job.settings.debounce_ms
+        debounce = job.input.settings.debounce_ms
         if debounce > 0 and not invoked:
             await asyncio.sleep(debounce / 1000.0)
             if job.cancelled():
-                return _Outcome(cancelled=True)
-        outcome = await self._submit(job)
+                return _Result(Outcome(cancelled=True))
+        result = _Result(await self._submit(job))
+        outcome = result.outcome
         if outcome.stats is not None and not outcome.cancelled:
             st = outcome.stats
             self.stats.record_generation(st.tokens, st.seconds, st.prefill_ms, st.decode_ms)
         if outcome.text is not None and not job.cancelled():
-            outcome.id = f"s{next(self._ids)}"
-            self.stats.record_shown(outcome.id, len(outcome.text))
+            result.id = f"s{next(self._ids)}"
+            self.stats.record_shown(result.id, len(outcome.text))
             job.session.pending = PendingSuggestion.at(
-                outcome.id, job.text, job.offset, outcome.text
+                result.id, job.input.text, job.input.offset, outcome.text
             )
         self._emit_status()
-        return outcome
+        return result
 
-    async def _submit(self, job: _Job) -> _Outcome:
+    async def _submit(self, job: _Job) -> Outcome:
         try:
             future = self._executor.submit(self._run, job)
         except RuntimeError:  # shut down
-            return _Outcome(cancelled=True)
+            return Outcome(cancelled=True)
         self._busy += 1
         if self._busy == 1 and self._state != ERROR:
             self._set_state(BUSY, "")
@@ -574,11 +491,13 @@ class CompletionService:
         log.info("%s", message)
         self._call_soon(self._message_user, "info", message)
 
-    def _warm(self, settings: Settings) -> str | None:
+    def _warm(self) -> str | None:
+        # Cleared before the settings are read: a change after this queues another warm-up.
+        self._warm_queued = False
         if self._closed:
             return None
         try:
-            self._engine_for(settings)
+            self._host.engine_for(self.settings)
         except ModelError as exc:
             return str(exc)
         except Exception as exc:  # a bug must not leave the state "busy" forever
@@ -586,155 +505,33 @@ class CompletionService:
             return f"structspec: loading the engine failed: {exc}"
         return None
 
-    def _engine_for(self, settings: Settings) -> Engine:
-        """The engine for ``settings``, loading or rebuilding what changed (worker only)."""
-        # Without prefix reuse (a benchmark baseline) one slot, emptied before each request.
-        slots = KV_SLOTS if settings.prefix_reuse else 1
-        key = (settings.model, settings.threads, settings.context_size, slots)
-        if self._model is None or self._model_key != key:
-            if self._failed is not None and self._failed[0] == key:
-                raise ModelError(self._failed[1])
-            old, self._model, self._engine, self._prompts = self._model, None, None, None
-            close = getattr(old, "close", None)
-            if callable(close):
-                close()
-            try:
-                model = self._open_model(
-                    settings.model,
-                    context_size=settings.context_size,
-                    threads=settings.threads,
-                    announce=self._announce,
-                    slots=slots,
-                )
-            except Exception as exc:  # ModelError, or an OS error reading the file
-                what = settings.model or "the default model"
-                message = (
-                    f"structspec: cannot load {what}: {exc}. Fix: set `model` (LSP `model`, "
-                    "env STRUCTSPEC_MODEL) to a readable GGUF file, or leave it empty for the "
-                    "default model."
-                )
-                self._failed = (key, message)
-                log.error("%s", message)
-                self._call_soon(self._model_failed, message)
-                raise ModelError(message) from None
-            self._failed = None
-            self._model, self._model_key = model, key
-            self._prompts = PromptBuilder(model)
-            self._corpus = CorpusCache()
-        assert self._model is not None
-        sources = settings.source_names()
-        if self._engine is None or self._engine_key != sources:
-            self._engine, warnings = self._build_engine(settings, self._model)
-            self._engine_key = sources
-            self._call_soon(self._model_loaded, self._model.name, warnings)
-        return self._engine
-
-    def _build_engine(self, settings: Settings, model: Model) -> tuple[Engine, list[str]]:
-        """An engine with every requested draft source that can be built."""
-        try:
-            return self._load_engine(settings, model=model, announce=self._announce), []
-        except Exception:
-            log.exception("building the engine with sources %s failed", settings.source_names())
-        from structspec.drafts.registry import build_sources
-
-        usable: list[str] = []
-        warnings: list[str] = []
-        for name in settings.source_names():
-            try:
-                build_sources([name], model)
-                usable.append(name)
-            except Exception as exc:
-                warnings.append(f"structspec: draft source {name!r} is unavailable ({exc})")
-        engine = self._load_engine(settings, model=model, sources=usable, announce=self._announce)
-        return engine, warnings
-
-    def _run(self, job: _Job) -> _Outcome:
+    def _run(self, job: _Job) -> Outcome:
         if job.cancelled() or self._closed:
-            return _Outcome(cancelled=True)
+            return Outcome(cancelled=True)
+        host = self._host
         try:
-            engine = self._engine_for(job.settings)
+            engine = host.engine_for(job.input.settings)
         except ModelError:
-            return _Outcome()
+            return Outcome()
         except Exception:
             log.exception("loading the engine failed")
-            return _Outcome()
+            return Outcome()
+        assert host.prompts is not None
         try:
-            return self._generate(engine, job)
-        except (ModelError, EngineError) as exc:
-            log.warning("completion for %s failed: %s", job.uri, exc)
-        except Exception:
-            log.exception("completion for %s failed", job.uri)
-        return _Outcome()
-
-    def _generate(self, engine: Engine, job: _Job) -> _Outcome:
-        model = engine.model
-        settings = job.settings
-        assert self._prompts is not None
-        prompt = self._prompts.build(
-            job.text,
-            job.offset,
-            uri=job.uri,
-            language=job.language,
-            cut_hint=job.session.cut,
-            max_tokens=settings.max_tokens,
-        )
-        job.session.cut = prompt.cut
-        corpus: list[list[int]] = []
-        if settings.speculative and "lookup" in settings.source_names():
-            corpus = self._corpus.collect(
-                model,
-                text=job.text,
-                cut=prompt.cut,
-                suffix_start=prompt.suffix_end,
-                others=job.others,
+            outcome = run_completion(
+                engine,
+                host.prompts,
+                host.corpus,
+                job.input,
+                cut_hint=job.session.cut,
+                cancelled=job.cancelled,
             )
-        if job.cancelled():
-            return _Outcome(cancelled=True)
-        if not settings.prefix_reuse:
-            model.truncate(0)  # evaluate the whole prompt again (the benchmark's baseline)
-        mode = job.ctx.mode
-        options = GenerationOptions(
-            max_tokens=settings.max_tokens,
-            stop=("\n",) if mode == LINE else (),
-            speculative=settings.speculative,
-        )
-        generation = engine.stream(
-            prompt.tokens,
-            options,
-            corpus=corpus,
-            language=job.language or None,
-            cancelled=job.cancelled,
-        )
-        budget = settings.max_latency_ms / 1000.0
-        text = ""
-        mark: int | None = None
-        early = False
-        steps = iter(generation)
-        try:
-            for step in steps:
-                before = len(text)
-                text += step.text
-                if mode == BLOCK:
-                    text, dedented = cut_block(text, job.ctx)
-                    if dedented:
-                        early = True
-                        break
-                if mark is None and time.perf_counter() - job.t0 > budget:
-                    mark = before  # finish the line being written, then stop
-                if mark is not None:
-                    newline = text.find("\n", mark)
-                    if newline >= 0:
-                        text, early = text[:newline], True
-                        break
-        finally:
-            # Closing the generator ends the generation now (its result is final).
-            close = getattr(steps, "close", None)
-            if callable(close):
-                close()
-        result = generation.result
-        stats = result.stats if result is not None else None
-        if job.cancelled():
-            return _Outcome(stats=stats, cancelled=True)
-        if not early and result is not None:
-            text = result.text
-        return _Outcome(clean(text, job.ctx, mode), stats)
+        except (ModelError, EngineError) as exc:
+            log.warning("completion for %s failed: %s", job.input.uri, exc)
+            return Outcome()
+        except Exception:
+            log.exception("completion for %s failed", job.input.uri)
+            return Outcome()
+        if outcome.cut is not None:
+            job.session.cut = outcome.cut
+        return outcome

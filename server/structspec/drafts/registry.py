@@ -34,25 +34,40 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SourceEntry:
-    """A draft source: its name, the module and class that implement it, one line of help."""
+    """A draft source: its name, the module and class that implement it, one line of help.
+
+    ``reads_corpus``: the source reads ``DraftContext.corpus`` (the other open
+    buffers), so a server tokenizes them when the source is enabled.
+    """
 
     name: str
     module: str
     cls: str
     summary: str
+    reads_corpus: bool = False
 
 
 #: Every draft source, in planner order (ties in expected gain go to the earlier).
 SOURCES: tuple[SourceEntry, ...] = (
     SourceEntry(
-        "lookup", "structspec.drafts.lookup", "LookupSource", "the buffer and open files"
+        "lookup",
+        "structspec.drafts.lookup",
+        "LookupSource",
+        "the buffer and open files",
+        reads_corpus=True,
     ),
     SourceEntry("rules", "structspec.drafts.rules", "RulesSource", "mined n-gram rules"),
     SourceEntry(
         "python", "structspec.drafts.python_syntax", "PythonSyntaxSource", "Python syntax"
     ),
     SourceEntry("ast", "structspec.drafts.ast_shadow", "ASTShadowSource", "syntax tree shadow"),
-    SourceEntry("motif", "structspec.drafts.motif", "MotifSource", "repeated line shapes"),
+    SourceEntry(
+        "motif",
+        "structspec.drafts.motif",
+        "MotifSource",
+        "repeated line shapes",
+        reads_corpus=True,
+    ),
 )
 
 #: Names of the draft sources a user can choose (``sources = ["all"]`` is every one).
@@ -79,6 +94,12 @@ def resolve_sources(names: Iterable[str]) -> tuple[str, ...]:
             + ", ".join(SOURCE_NAMES)
         )
     return tuple(s for s in SOURCE_NAMES if s in names or "all" in names)
+
+
+def reads_corpus(names: Iterable[str]) -> bool:
+    """Whether any of the sources ``names`` reads the corpus of open buffers."""
+    enabled = set(resolve_sources(names))
+    return any(s.reads_corpus for s in SOURCES if s.name in enabled)
 
 
 def source_class(name: str) -> Any:

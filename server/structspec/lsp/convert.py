@@ -9,9 +9,11 @@ clients which filter a menu by the typed word keep the item.
 
 from __future__ import annotations
 
+from typing import Any
+
 from lsprotocol import types
 
-from structspec.completion.service import Suggestion
+from structspec.completion.types import Status, Suggestion
 
 ACCEPT_COMMAND = "structspec.accept"
 STATUS_NOTIFICATION = "structspec/status"
@@ -72,3 +74,20 @@ def completion_list(suggestion: Suggestion | None) -> types.CompletionList:
         command=accept_command(suggestion),
     )
     return types.CompletionList(is_incomplete=True, items=[item])
+
+
+def status_json(status: Status) -> dict[str, Any]:
+    """The ``structspec/status`` notification's (and request's) payload."""
+    return {
+        "state": status.state,
+        "model": status.model,
+        "tokensPerSecond": None
+        if status.tokens_per_second is None
+        else round(status.tokens_per_second, 2),
+        "acceptance": round(status.acceptance, 4),
+        "lastLatencyMs": None
+        if status.last_latency_ms is None
+        else round(status.last_latency_ms, 1),
+        "message": status.message,
+        "stats": status.counters,
+    }

@@ -43,6 +43,7 @@ from structspec.lsp.convert import (
     STATUS_NOTIFICATION,
     completion_list,
     inline_completion,
+    status_json,
 )
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ class StructspecServer(LanguageServer):
 
     def send_status(self, status: Status) -> None:
         if not self.closing and getattr(self.protocol, "writer", None) is not None:
-            self.protocol.notify(STATUS_NOTIFICATION, status.to_json())
+            self.protocol.notify(STATUS_NOTIFICATION, status_json(status))
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
@@ -232,10 +233,7 @@ def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> Str
         for level, text in ls.startup_messages:
             ls.tell_user(level, text)
         ls.startup_messages.clear()
-        settings, errors = ls.effective_settings()
-        ls.report_settings_errors(errors)
-        service.settings = settings
-        service.start()  # load the model in the worker; initialize has been answered
+        ls.refresh_settings()  # loads the model in the worker; initialize has been answered
         await _pull_configuration(ls)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -311,7 +309,7 @@ def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> Str
 
     @server.command(STATUS_COMMAND)
     def status(ls: StructspecServer, *args: Any) -> dict[str, Any]:
-        return service.status().to_json()
+        return status_json(service.status())
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: StructspecServer, params: None) -> None:

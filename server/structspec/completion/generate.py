@@ -1,0 +1,135 @@
+"""One completion, start to end, on the worker thread: a plain function, no asyncio.
+
+``run_completion`` takes what the service gathered on the event loop (the
+text, the cursor, the other open documents, the settings) and the worker's
+engine, and returns the cleaned suggestion text:
+
+1. a prompt that stays stable while typing (``prompt``; the cut is kept per
+   document through ``cut_hint``);
+2. the corpus of the open buffers, when an enabled draft source reads one;
+3. the engine's stream, stopped by the single-line/block mode, by
+   cancellation between passes, and by the latency budget: once
+   ``max_latency_ms`` has passed since the request, the line being written is
+   finished and the rest dropped;
+4. clean-up (``suggest``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from structspec.completion.corpus import CorpusCache, DocumentSnapshot
+from structspec.completion.prompt import PromptBuilder
+from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean, cut_block
+from structspec.config import Settings
+from structspec.drafts.registry import reads_corpus
+from structspec.engine.decode import Engine, GenerationOptions
+from structspec.engine.stats import GenerationStats
+
+
+@dataclass
+class Outcome:
+    """What a completion produced: ``text`` ``None`` when nothing is to be shown."""
+
+    text: str | None = None
+    stats: GenerationStats | None = None
+    cancelled: bool = False
+    #: Where the prompt window started (kept per document for the next request).
+    cut: int | None = None
+
+
+@dataclass(frozen=True)
+class CompletionInput:
+    """A completion's inputs, taken on the event loop (immutable while it runs)."""
+
+    uri: str
+    text: str
+    offset: int
+    language: str
+    cursor: CursorContext
+    settings: Settings
+    others: Sequence[DocumentSnapshot] = ()
+    #: ``time.perf_counter()`` when the request arrived (the latency budget counts from it).
+    t0: float = 0.0
+
+
+def run_completion(
+    engine: Engine,
+    prompts: PromptBuilder,
+    corpus: CorpusCache,
+    job: CompletionInput,
+    *,
+    cut_hint: int | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Outcome:
+    """Generate and clean one suggestion (see the module docstring)."""
+    model = engine.model
+    settings = job.settings
+    prompt = prompts.build(
+        job.text,
+        job.offset,
+        uri=job.uri,
+        language=job.language,
+        cut_hint=cut_hint,
+        max_tokens=settings.max_tokens,
+    )
+    tokens_corpus: list[list[int]] = []
+    if settings.speculative and reads_corpus(settings.source_names()):
+        tokens_corpus = corpus.collect(
+            model,
+            text=job.text,
+            cut=prompt.cut,
+            suffix_start=prompt.suffix_end,
+            others=job.others,
+        )
+    if cancelled():
+        return Outcome(cancelled=True, cut=prompt.cut)
+    if not settings.prefix_reuse:
+        model.truncate(0)  # evaluate the whole prompt again (the benchmark's baseline)
+    mode = job.cursor.mode
+    options = GenerationOptions(
+        max_tokens=settings.max_tokens,
+        stop=("\n",) if mode == LINE else (),
+        speculative=settings.speculative,
+    )
+    generation = engine.stream(
+        prompt.tokens,
+        options,
+        corpus=tokens_corpus,
+        language=job.language or None,
+        cancelled=cancelled,
+    )
+    budget = settings.max_latency_ms / 1000.0
+    text = ""
+    mark: int | None = None
+    early = False
+    steps = iter(generation)
+    try:
+        for step in steps:
+            before = len(text)
+            text += step.text
+            if mode == BLOCK:
+                text, dedented = cut_block(text, job.cursor)
+                if dedented:
+                    early = True
+                    break
+            if mark is None and clock() - job.t0 > budget:
+                mark = before  # finish the line being written, then stop
+            if mark is not None:
+                newline = text.find("\n", mark)
+                if newline >= 0:
+                    text, early = text[:newline], True
+                    break
+    finally:
+        # Closing the generator ends the generation now (its result is final).
+        steps.close()  # type: ignore[attr-defined]
+    result = generation.result
+    stats = result.stats if result is not None else None
+    if cancelled():
+        return Outcome(stats=stats, cancelled=True, cut=prompt.cut)
+    if not early and result is not None:
+        text = result.text
+    return Outcome(clean(text, job.cursor, mode), stats, cut=prompt.cut)

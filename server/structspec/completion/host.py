@@ -1,0 +1,144 @@
+"""The worker thread's model and engine, rebuilt only when a setting that shapes them changes.
+
+The completion service's one worker thread owns an ``EngineHost``: every
+method here runs on that thread (the model is not thread-safe, and loading or
+calibrating it blocks). What it keeps and when it rebuilds it:
+
+- the model, keyed on ``model_key`` (file, threads, context size, KV slots):
+  opened again only when one of those changes; a file that failed to load is
+  not retried until its key changes;
+- the engine (draft sources, planner), keyed on ``engine_key`` (the enabled
+  sources and ``rules_file``): rebuilt over the same model when either changes,
+  with every source that can be built (``runtime.load_available_engine``);
+- the prompt builder and the corpus cache, which belong to one model.
+
+Outcomes are reported through ``on_loaded(name, warnings)`` and
+``on_failed(message)``, called on the worker thread (the service forwards them
+to its event loop).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from structspec.completion.corpus import CorpusCache
+from structspec.completion.prompt import PromptBuilder
+from structspec.config import Settings
+from structspec.engine.decode import Engine
+from structspec.model.base import Model, ModelError
+from structspec.model.extras import close_model
+
+log = logging.getLogger(__name__)
+
+#: KV caches the model keeps (one per recently completed document), so that
+#: switching between documents does not evaluate either prompt again.
+KV_SLOTS = 3
+
+Announce = Callable[[str], None]
+ModelOpener = Callable[..., Model]
+#: ``(settings, model=, announce=) -> (engine, warnings)``
+EngineLoader = Callable[..., tuple[Engine, list[str]]]
+
+ModelKey = tuple[str, int, int, int]
+EngineKey = tuple[tuple[str, ...], str]
+
+
+def model_key(settings: Settings) -> ModelKey:
+    """Every setting that changes the loaded model."""
+    # Without prefix reuse (a benchmark baseline) one slot, emptied before each request.
+    slots = KV_SLOTS if settings.prefix_reuse else 1
+    return (settings.model, settings.threads, settings.context_size, slots)
+
+
+def engine_key(settings: Settings) -> EngineKey:
+    """Every setting that changes the engine over a loaded model."""
+    return (settings.source_names(), settings.rules_file)
+
+
+def _default_open_model(spec: str, **kwargs: Any) -> Model:
+    from structspec.runtime import open_model
+
+    return open_model(spec, **kwargs)
+
+
+def _default_load_engine(settings: Settings, **kwargs: Any) -> tuple[Engine, list[str]]:
+    from structspec.runtime import load_available_engine
+
+    return load_available_engine(settings, **kwargs)
+
+
+class EngineHost:
+    """The model, engine, prompt builder and corpus of the worker thread (see the module)."""
+
+    def __init__(
+        self,
+        *,
+        announce: Announce,
+        on_loaded: Callable[[str, list[str]], None],
+        on_failed: Callable[[str], None],
+        open_model: ModelOpener = _default_open_model,
+        load_engine: EngineLoader = _default_load_engine,
+    ) -> None:
+        self._announce = announce
+        self._on_loaded = on_loaded
+        self._on_failed = on_failed
+        self._open_model = open_model
+        self._load_engine = load_engine
+        self.model: Model | None = None
+        self.engine: Engine | None = None
+        self.prompts: PromptBuilder | None = None
+        self.corpus = CorpusCache()
+        self._model_key: ModelKey | None = None
+        self._engine_key: EngineKey | None = None
+        self._failed: tuple[ModelKey, str] | None = None
+
+    def engine_for(self, settings: Settings) -> Engine:
+        """The engine for ``settings``, loading or rebuilding what changed; ``ModelError``."""
+        key = model_key(settings)
+        if self.model is None or self._model_key != key:
+            self._load_model(settings, key)
+        assert self.model is not None
+        ekey = engine_key(settings)
+        if self.engine is None or self._engine_key != ekey:
+            self.engine, warnings = self._load_engine(
+                settings, model=self.model, announce=self._announce
+            )
+            self._engine_key = ekey
+            self._on_loaded(self.model.name, warnings)
+        return self.engine
+
+    def _load_model(self, settings: Settings, key: ModelKey) -> None:
+        if self._failed is not None and self._failed[0] == key:
+            raise ModelError(self._failed[1])
+        self.close()
+        try:
+            model = self._open_model(
+                settings.model,
+                context_size=settings.context_size,
+                threads=settings.threads,
+                announce=self._announce,
+                slots=key[3],
+            )
+        except Exception as exc:  # ModelError, or an OS error reading the file
+            what = settings.model or "the default model"
+            message = (
+                f"structspec: cannot load {what}: {exc}. Fix: set `model` (LSP `model`, "
+                "env STRUCTSPEC_MODEL) to a readable GGUF file, or leave it empty for the "
+                "default model."
+            )
+            self._failed = (key, message)
+            log.error("%s", message)
+            self._on_failed(message)
+            raise ModelError(message) from None
+        self._failed = None
+        self.model, self._model_key = model, key
+        self.prompts = PromptBuilder(model)
+        self.corpus = CorpusCache()
+
+    def close(self) -> None:
+        """Free the model now (the next ``engine_for`` loads it again)."""
+        model, self.model, self.engine, self.prompts = self.model, None, None, None
+        self._model_key = self._engine_key = None
+        close_model(model)

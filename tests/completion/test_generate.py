@@ -1,0 +1,98 @@
+"""``run_completion``: one completion start to end, without asyncio, on scripted models."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from structspec.completion.corpus import CorpusCache, DocumentSnapshot
+from structspec.completion.generate import CompletionInput, run_completion
+from structspec.completion.prompt import PromptBuilder
+from structspec.completion.suggest import BLOCK, CursorContext
+from structspec.config import Settings
+from structspec.engine.decode import Engine
+from structspec.model.standin import EOS, StandInModel
+from structspec.runtime import load_engine
+
+
+class ScriptedModel(StandInModel):
+    """Greedily writes ``script`` after any prompt, then EOS (the row's position decides)."""
+
+    def __init__(self, script: str) -> None:
+        super().__init__()
+        self.script = [self._char_to_id[c] for c in script]
+        self._n_prompt = 0
+
+    def prefill(self, tokens: Sequence[int]) -> int:
+        self._n_prompt = len(tokens) + 1  # the pending token comes with the first verify
+        return super().prefill(tokens)
+
+    def logits(self, context: Sequence[int]) -> np.ndarray:
+        i = len(context) - self._n_prompt
+        out = np.zeros(self.n_vocab)
+        out[self.script[i] if 0 <= i < len(self.script) else EOS] = 10.0
+        return out
+
+
+TEXT = "def f():\n    "
+SCRIPT = "x = 1\n    y = 2\n    z = 3\n"
+
+
+def complete(model, settings: Settings, *, clock=None, others=(), text: str = TEXT):
+    engine = load_engine(settings, model=model)
+    cursor = CursorContext.at(text, len(text))
+    job = CompletionInput("file:///a.py", text, len(text), "python", cursor, settings, others)
+    kwargs = {"clock": clock} if clock is not None else {}
+    return engine, run_completion(engine, PromptBuilder(model), CorpusCache(), job, **kwargs)
+
+
+def test_a_block_is_written_whole_within_the_budget() -> None:
+    settings = Settings(model="standin", max_tokens=64, sources=("lookup",))
+    _, outcome = complete(ScriptedModel(SCRIPT), settings, clock=lambda: 0.0)
+    assert CursorContext.at(TEXT, len(TEXT)).mode == BLOCK
+    assert outcome.text == "x = 1\n    y = 2\n    z = 3"
+    assert outcome.cut is not None and not outcome.cancelled
+
+
+def test_max_latency_finishes_the_line_being_written_and_stops() -> None:
+    """Past the budget from the first pass: exactly the first line, not nothing."""
+    settings = Settings(model="standin", max_tokens=64, max_latency_ms=10, sources=("lookup",))
+    _, outcome = complete(ScriptedModel(SCRIPT), settings, clock=lambda: 3600.0)
+    assert outcome.text == "x = 1"
+
+
+def test_cancelled_before_generating_returns_nothing() -> None:
+    settings = Settings(model="standin", max_tokens=64, sources=("lookup",))
+    model = ScriptedModel(SCRIPT)
+    engine = load_engine(settings, model=model)
+    cursor = CursorContext.at(TEXT, len(TEXT))
+    job = CompletionInput("file:///a.py", TEXT, len(TEXT), "python", cursor, settings)
+    outcome = run_completion(engine, PromptBuilder(model), CorpusCache(), job, cancelled=lambda: True)
+    assert outcome.cancelled and outcome.text is None
+
+
+def _corpus_seen(sources: tuple[str, ...]) -> list:
+    settings = Settings(model="standin", max_tokens=8, sources=sources)
+    model = ScriptedModel(SCRIPT)
+    seen: list = []
+    real = Engine.stream
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("corpus"))
+        return real(self, *args, **kwargs)
+
+    Engine.stream = spy  # type: ignore[method-assign]
+    try:
+        other = DocumentSnapshot("file:///b.py", 1, "def helper(value):\n    return value\n")
+        complete(model, settings, others=[other])
+    finally:
+        Engine.stream = real  # type: ignore[method-assign]
+    return seen[0]
+
+
+def test_the_corpus_is_collected_for_any_source_that_reads_it() -> None:
+    """``motif`` reads the other buffers too: it gets them with ``lookup`` off."""
+    assert any(len(seq) > 10 for seq in _corpus_seen(("motif",)))
+    assert any(len(seq) > 10 for seq in _corpus_seen(("lookup",)))
+    assert _corpus_seen(("python",)) == []

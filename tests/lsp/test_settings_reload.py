@@ -1,0 +1,60 @@
+"""``sources`` and ``rulesFile`` changed over ``workspace/didChangeConfiguration`` apply at once.
+
+No restart: the next completion runs on an engine rebuilt for the new settings.
+What shows it from outside: a ``rulesFile`` that cannot be used is reported
+(once per engine that builds the ``rules`` source) and completions go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from lsp_helpers import TEXT, end_of, inline, open_doc
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
+
+def _rules_warnings(client: LanguageClient) -> list[str]:
+    return [m.message for m in client.messages if "rulesFile" in m.message]
+
+
+async def _change(client: LanguageClient, **values: object) -> None:
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"structspec": values})
+    )
+    await asyncio.sleep(0.1)
+
+
+async def _complete(client: LanguageClient) -> None:
+    result = await inline(client, end_of(TEXT))
+    assert result is not None and result.items[0].insert_text.strip()
+
+
+async def _wait_for_warnings(client: LanguageClient, n: int) -> list[str]:
+    for _ in range(100):
+        if len(_rules_warnings(client)) >= n:
+            break
+        await asyncio.sleep(0.05)
+    return _rules_warnings(client)
+
+
+async def test_sources_and_rules_file_changes_take_effect(client: LanguageClient, tmp_path):
+    open_doc(client)
+    await _change(client, sources=["lookup"], rulesFile=str(tmp_path / "first.json.gz"))
+    await _complete(client)
+    assert _rules_warnings(client) == []  # no rules source: its file is not read
+
+    await _change(client, sources=["lookup", "rules"])  # the rules source is built now
+    await _complete(client)
+    warnings = await _wait_for_warnings(client, 1)
+    assert len(warnings) == 1 and "first.json.gz" in warnings[0]
+
+    await _change(client, rulesFile=str(tmp_path / "second.json.gz"))  # the file alone
+    await _complete(client)
+    warnings = await _wait_for_warnings(client, 2)
+    assert len(warnings) == 2 and "second.json.gz" in warnings[1]
+
+    await _change(client, sources=["lookup"], rulesFile=str(tmp_path / "third.json.gz"))
+    await _complete(client)
+    await asyncio.sleep(0.2)
+    assert len(_rules_warnings(client)) == 2  # rules off again: nothing reads the file
