@@ -22,22 +22,7 @@ from dataclasses import dataclass
 from structspec.completion.documents import uri_path
 from structspec.engine.decode import PASS_ROWS_RESERVE
 from structspec.model.base import Model
-
-#: Line-comment leaders by LSP languageId, for the header line.
-_HASH = (
-    "python ruby shellscript perl r yaml toml dockerfile makefile elixir julia powershell "
-    "nim coffeescript crystal cmake"
-)
-_SLASHES = (
-    "javascript typescript javascriptreact typescriptreact c cpp java go rust csharp kotlin "
-    "swift scala php dart zig groovy objective-c objective-cpp proto solidity jsonc"
-)
-_COMMENT: dict[str, str] = {
-    **{lang: "#" for lang in _HASH.split()},
-    **{lang: "//" for lang in _SLASHES.split()},
-    **{lang: "--" for lang in ("lua", "sql", "haskell", "ada", "elm")},
-    **{lang: ";;" for lang in ("lisp", "clojure", "scheme", "racket")},
-}
+from structspec.syntax.table import GrammarTableError, load_table
 
 #: Characters per token assumed before anything is tokenized (code is ~3-4).
 _CHARS_PER_TOKEN_GUESS = 4
@@ -59,9 +44,16 @@ def sanitize(text: str) -> str:
     return text
 
 
+def _comment_leader(language: str) -> str:
+    try:
+        return load_table().comment_leader(language)
+    except GrammarTableError:
+        return ""
+
+
 def header_for(uri: str, language: str) -> str:
     """A comment line naming the file, in the language's comment syntax ('' if unknown)."""
-    leader = _COMMENT.get(language)
+    leader = _comment_leader(language)
     if not leader:
         return ""
     path = uri_path(uri)

@@ -16,12 +16,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from structspec.syntax.table import GenericSpec, GrammarTableError, load_table
+
 LINE = "line"
 BLOCK = "block"
 
-#: Line endings that open an indented block in common languages. An open
-#: parenthesis or bracket is not one: the arguments usually follow on the line.
-_OPENERS = (":", "{", "=>", " do", " then", " begin")
+
+def _generic() -> GenericSpec:
+    try:
+        return load_table().generic
+    except GrammarTableError:
+        return GenericSpec()
+
+
+#: Line endings that open an indented block in common languages (``languages.toml``
+#: ``[generic]``). An open parenthesis or bracket is not one: the arguments usually
+#: follow on the line.
+_OPENERS = _generic().block_endings
+_COMMENT_STARTS = _generic().comment_starts
 _WORD_TAIL = re.compile(r"[\w$]*\Z")
 
 
@@ -43,7 +55,7 @@ def _opens_block(line: str) -> bool:
     if not stripped:
         return False
     # A comment that ends with ':' is not a block opener.
-    if stripped.lstrip().startswith(("#", "//", "--", "/*", "*")):
+    if stripped.lstrip().startswith(_COMMENT_STARTS):
         return False
     return stripped.endswith(_OPENERS)
 

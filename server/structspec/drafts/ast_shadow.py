@@ -57,7 +57,6 @@ from structspec.model.base import Model
 
 if TYPE_CHECKING:
     from structspec.drafts.registry import SourceOptions
-from structspec.syntax.domains import detect_language
 from structspec.syntax.lexer import AFTER, COLON, KEY, VALUE, LexState
 from structspec.syntax.shadow import ShadowTree
 from structspec.syntax.table import GrammarTableError, LanguageSpec, LanguageTable, load_table
@@ -214,8 +213,6 @@ class ASTShadowSource(TimedPropose):
         return b"".join(tb(t) for t in tokens if t not in skip)
 
     def _reset(self, ctx: DraftContext) -> None:
-        table = self._table
-        assert table is not None
         toks = ctx.tokens
         # Walk back to about window_bytes of text.
         chunks: list[bytes] = []
@@ -239,9 +236,7 @@ class ASTShadowSource(TimedPropose):
             if at < 0:
                 at = data.find(b"\n") + 1
             data = data[at:]
-        lang: LanguageSpec | None = table.for_language_id(ctx.language)
-        if lang is None:
-            lang, _ = detect_language(None, None, data.decode("utf-8", "replace"), table=table)
+        lang: LanguageSpec | None = ctx.language_spec()
         self._key = (ctx.generation, id(toks))
         self._seen = len(toks)
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")

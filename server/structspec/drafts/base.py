@@ -21,6 +21,11 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from structspec.model.base import Model
+from structspec.syntax.domains import resolve_language
+from structspec.syntax.table import LanguageSpec
+
+#: Tokens of text before the cursor that decide an unnamed buffer's language.
+SNIFF_TOKENS = 2048
 
 
 class SourceError(ValueError):
@@ -76,8 +81,11 @@ class DraftContext:
     generation (sources may index it incrementally: ``generation`` changes when
     a new generation starts). ``corpus`` holds other token sequences worth
     looking in (the open buffers of an editor). ``language`` is an LSP
-    languageId when known. ``max_tokens`` is the most a source may draft now:
-    the planner sets it per source from the pass limit and ``policy``.
+    languageId when known; ``language_spec()`` is the language table's entry
+    for the buffer, resolved once per generation (from ``language``, else from
+    the text) so that no source resolves it again. ``max_tokens`` is the most a
+    source may draft now: the planner sets it per source from the pass limit
+    and ``policy``.
     """
 
     model: Model
@@ -89,6 +97,15 @@ class DraftContext:
     generation: int = 0
     policy: SourcePolicy = field(default_factory=SourcePolicy)
     _text_cache: dict[tuple[int, int], str] = field(default_factory=dict, repr=False)
+    _language_spec: LanguageSpec | None = field(default=None, repr=False)
+    _language_resolved: bool = field(default=False, repr=False)
+
+    def language_spec(self) -> LanguageSpec | None:
+        """The language table's entry for the buffer (resolved on first use, then kept)."""
+        if not self._language_resolved:
+            self._language_spec = resolve_language(self.language, self.text_tail(SNIFF_TOKENS))
+            self._language_resolved = True
+        return self._language_spec
 
     def text_tail(self, n_tokens: int = 48) -> str:
         """Decoded text of the last ``n_tokens`` tokens (cached per context length)."""

@@ -43,7 +43,7 @@ from structspec.model.base import Model
 
 if TYPE_CHECKING:
     from structspec.drafts.registry import SourceOptions
-from structspec.syntax.table import GrammarTableError, load_table
+from structspec.syntax.table import GrammarTableError, LanguageSpec, load_table
 
 #: Acceptance priors per tier (first drafted token followed by the model), measured
 #: offline on gemma-3-270m greedy output, like the ast source's.
@@ -72,63 +72,17 @@ _IDENT = re.compile(r"( ?)([A-Za-z_][A-Za-z0-9_]*)\Z")
 # Token classes.
 _LITERAL, _IDENTIFIER, _NEWLINE, _SPACE = 0, 1, 2, 3
 
-#: Names kept literal when the grammar table is unavailable.
-_FALLBACK_KEYWORDS = frozenset(
-    {
-        "def",
-        "class",
-        "if",
-        "else",
-        "elif",
-        "for",
-        "while",
-        "return",
-        "in",
-        "not",
-        "and",
-        "or",
-        "is",
-        "None",
-        "True",
-        "False",
-        "self",
-        "import",
-        "from",
-        "as",
-        "with",
-        "try",
-        "except",
-        "finally",
-        "lambda",
-        "yield",
-        "pass",
-        "break",
-        "continue",
-        "function",
-        "var",
-        "let",
-        "const",
-        "new",
-        "this",
-        "null",
-        "true",
-        "false",
-        "func",
-        "package",
-    }
-)
-
-
-def _keywords(language: str | None) -> frozenset[str]:
-    """Names kept literal for an LSP languageId (the fallback list when unknown)."""
+def _keywords(lang: LanguageSpec | None) -> frozenset[str]:
+    """Names kept literal in ``lang`` (the table's generic ones when unknown)."""
     try:
-        lang = load_table().for_language_id(language)
+        table = load_table()
     except GrammarTableError as exc:
         warnings.warn(f"motif source: keyword lists unavailable: {exc}", stacklevel=2)
-        lang = None
+        return frozenset()
+    common = table.generic.keywords
     if lang is None:
-        return _FALLBACK_KEYWORDS
-    return _FALLBACK_KEYWORDS | lang.keywords | {w.upper() for w in lang.keywords}
+        return common
+    return common | lang.keywords | {w.upper() for w in lang.keywords}
 
 
 #: An indexed line: (sequence, line start, line end, previous line start, previous line end).
@@ -180,7 +134,7 @@ class MotifSource(TimedPropose):
         self.min_prefix = max(1, min_prefix)
         self.single_line_min = single_line_min
         self.max_line = max_line
-        self._language: str | None = None
+        self._language: LanguageSpec | None = None
         self._keywords = _keywords(None)
         self._classes: dict[str | None, tuple[dict[int, int], dict[int, tuple[str, bool]]]] = {}
         self._class: dict[int, int] = {}
@@ -197,13 +151,14 @@ class MotifSource(TimedPropose):
         self.gate = TierGate()
 
     # -- token classes -------------------------------------------------------
-    def _set_language(self, language: str | None) -> None:
+    def _set_language(self, language: LanguageSpec | None) -> None:
         """Switch keyword lists (and with them the class cache) to ``language``."""
         self._language = language
         self._keywords = _keywords(language)
-        if language not in self._classes:
-            self._classes[language] = ({}, {})
-        self._class, self._names = self._classes[language]
+        key = language.name if language is not None else None
+        if key not in self._classes:
+            self._classes[key] = ({}, {})
+        self._class, self._names = self._classes[key]
 
     def _cls(self, tok: int) -> int:
         c = self._class.get(tok)
@@ -301,9 +256,9 @@ class MotifSource(TimedPropose):
         toks = ctx.tokens
         if self._key != (ctx.generation, id(toks)) or len(toks) < self._cur.pos:
             self._key = (ctx.generation, id(toks))
-            if ctx.language != self._language:
+            if ctx.language_spec() is not self._language:
                 # Symbols of different keyword lists do not compare: start over.
-                self._set_language(ctx.language)
+                self._set_language(ctx.language_spec())
                 self._index.clear()
                 self._index2.clear()
                 self._seen.clear()

@@ -49,6 +49,7 @@ import numpy as np
 
 from structspec.drafts.base import Draft, DraftContext, SourceError
 from structspec.drafts.feedback import Cooldown
+from structspec.syntax.table import GrammarTableError, load_table
 
 if TYPE_CHECKING:
     from structspec.drafts.registry import SourceOptions
@@ -72,28 +73,16 @@ PRIORS = {"rules:deterministic": 0.95, "rules:strong": 0.75, "rules:frequent": 0
 #: The packaged default rules (mined for the default model's tokenizer).
 DEFAULT_RULES_FILE = "python-stdlib.gemma3.rules.json.gz"
 
-#: Languages of the files a rules file was mined from, by extension.
-LANGUAGE_OF_SUFFIX = {
-    ".py": "python",
-    ".pyi": "python",
-    ".js": "javascript",
-    ".mjs": "javascript",
-    ".ts": "typescript",
-    ".tsx": "typescriptreact",
-    ".jsx": "javascriptreact",
-    ".go": "go",
-    ".rs": "rust",
-    ".c": "c",
-    ".h": "c",
-    ".cc": "cpp",
-    ".cpp": "cpp",
-    ".hpp": "cpp",
-    ".java": "java",
-    ".sh": "shellscript",
-    ".json": "json",
-    ".html": "html",
-    ".sql": "sql",
-}
+def _language_of_suffix() -> dict[str, str]:
+    """The language table's suffix -> languageId (empty without a table)."""
+    try:
+        return load_table().language_of_suffixes()
+    except GrammarTableError:
+        return {}
+
+
+#: Languages of the files a rules file is mined from, by suffix (``structspec mine``).
+LANGUAGE_OF_SUFFIX = _language_of_suffix()
 
 
 class RulesError(SourceError):

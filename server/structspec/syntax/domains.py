@@ -11,9 +11,16 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 
-from structspec.syntax.table import DomainSpec, LanguageSpec, LanguageTable, load_table
+from structspec.syntax.table import (
+    DomainSpec,
+    GrammarTableError,
+    LanguageSpec,
+    LanguageTable,
+    load_table,
+)
 
 _SHEBANG = re.compile(r"\A#!\s*(?:/usr/bin/env\s+)?(?:\S*/)?([\w.+-]+)")
 #: How much text content detection looks at (its start: headers decide most).
@@ -83,6 +90,22 @@ def detect_language(
         if lang is not None:
             return lang, "content"
     return None, "default"
+
+
+def resolve_language(language_id: str | None, text: str) -> LanguageSpec | None:
+    """The table's entry for a buffer: its languageId when the table knows it, else its text.
+
+    ``None`` without a table (a warning says why) or when nothing matches.
+    """
+    try:
+        table = load_table()
+    except GrammarTableError as exc:
+        warnings.warn(f"no language table: {exc}", stacklevel=2)
+        return None
+    lang = table.for_language_id(language_id)
+    if lang is None:
+        lang, _ = detect_language(None, None, text, table=table)
+    return lang
 
 
 def detect_domain(

@@ -112,6 +112,17 @@ def _grammar(package: str | None, function: str) -> Any | None:
 
 
 @dataclass(frozen=True)
+class GenericSpec:
+    """The ``[generic]`` table: facts across languages (see ``languages.toml``)."""
+
+    keywords: frozenset[str] = frozenset()
+    block_endings: tuple[str, ...] = ()
+    comment_starts: tuple[str, ...] = ()
+    #: languageId -> line-comment leader, for ids without a language entry.
+    line_comments: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class LanguageTable:
     """All languages and domains, with lookup maps."""
 
@@ -119,6 +130,27 @@ class LanguageTable:
     domains: dict[str, DomainSpec]
     by_language_id: dict[str, LanguageSpec]
     by_extension: dict[str, LanguageSpec]
+    generic: GenericSpec = field(default_factory=GenericSpec)
+
+    def comment_leader(self, language_id: str | None) -> str:
+        """The line-comment leader of a languageId ('' when unknown or none)."""
+        if not language_id:
+            return ""
+        leader = self.generic.line_comments.get(language_id)
+        if leader is not None:
+            return leader
+        lang = self.for_language_id(language_id)
+        return lang.line_comment[0] if lang is not None and lang.line_comment else ""
+
+    def language_of_suffixes(self) -> dict[str, str]:
+        """File suffix (``.py``) -> the languageId of its language (the first one listed)."""
+        return {
+            ext: lang.language_ids[0]
+            for lang in self.languages.values()
+            if lang.language_ids
+            for ext in lang.extensions
+            if ext.startswith(".")
+        }
 
     def for_language_id(self, language_id: str | None) -> LanguageSpec | None:
         if not language_id:
@@ -209,6 +241,25 @@ def _domain(name: str, entry: dict[str, Any]) -> DomainSpec:
     return DomainSpec(name, sources, {str(k): int(v) for k, v in caps.items()})
 
 
+def _generic(entry: Any) -> GenericSpec:
+    if not isinstance(entry, dict):
+        raise GrammarTableError("[generic] must be a table")
+    leaders = entry.get("line_comments", {})
+    if not isinstance(leaders, dict):
+        raise GrammarTableError("generic.line_comments must map a leader to languageIds")
+    line_comments = {
+        lid: str(leader)
+        for leader in leaders
+        for lid in _strs(leaders, leader, "generic.line_comments")
+    }
+    return GenericSpec(
+        frozenset(_strs(entry, "keywords", "generic")),
+        _strs(entry, "block_endings", "generic"),
+        _strs(entry, "comment_starts", "generic"),
+        line_comments,
+    )
+
+
 def parse_table(data: dict[str, Any], root: Path) -> LanguageTable:
     """Validate a parsed ``languages.toml``; bad entries are skipped with a warning."""
     domains: dict[str, DomainSpec] = {}
@@ -237,7 +288,12 @@ def parse_table(data: dict[str, Any], root: Path) -> LanguageTable:
             by_id.setdefault(lid, lang)
         for ext in lang.extensions:
             by_ext.setdefault(ext, lang)
-    return LanguageTable(languages, domains, by_id, by_ext)
+    try:
+        generic = _generic(data.get("generic", {}))
+    except GrammarTableError as exc:
+        warnings.warn(f"grammars: skipping [generic]: {exc}", stacklevel=2)
+        generic = GenericSpec()
+    return LanguageTable(languages, domains, by_id, by_ext, generic)
 
 
 @cache
