@@ -1,4 +1,4 @@
-"""The package layers, checked on the source: nothing imports upward, no draft source imports another.
+"""Package layers, checked on the source: nothing imports upward, no source imports another.
 
 Layers, lowest first (``docs/ARCHITECTURE.md``): a module may import its own
 package and any package of a lower layer, never a higher one. Imports inside
@@ -55,9 +55,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             elif node.module.startswith("structspec."):
                 found.append((node.lineno, node.module))
         elif isinstance(node, ast.Import):
-            found += [
-                (node.lineno, a.name) for a in node.names if a.name.startswith("structspec.")
-            ]
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("structspec.")]
     return found
 
 
@@ -117,3 +115,23 @@ def test_no_draft_source_imports_another() -> None:
             if target in modules and target != here:
                 crossing.append(f"{here}:{line} -> {target}")
     assert not crossing, "draft sources importing each other:\n" + "\n".join(crossing)
+
+
+def test_every_package_imports_first_without_a_cycle() -> None:
+    """Importing any package first (as a command or a test does) finds no import cycle."""
+    import subprocess
+    import sys
+
+    first = sorted({_module_name(p) for p in _modules() if p.name == "__init__.py"})
+    first += ["structspec.config", "structspec.runtime", "structspec.drafts.registry"]
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+    for name in first:
+        env_path = str(ROOT.parent)
+        proc = subprocess.run(
+            [sys.executable, "-c", code, name],
+            capture_output=True,
+            text=True,
+            env={"PYTHONPATH": env_path, "PATH": ""},
+            timeout=60,
+        )
+        assert proc.returncode == 0, f"import {name}:\n{proc.stderr[-2000:]}"

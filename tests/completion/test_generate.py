@@ -68,7 +68,8 @@ def test_cancelled_before_generating_returns_nothing() -> None:
     engine = load_engine(settings, model=model)
     cursor = CursorContext.at(TEXT, len(TEXT))
     job = CompletionInput("file:///a.py", TEXT, len(TEXT), "python", cursor, settings)
-    outcome = run_completion(engine, PromptBuilder(model), CorpusCache(), job, cancelled=lambda: True)
+    prompts, corpus = PromptBuilder(model), CorpusCache()
+    outcome = run_completion(engine, prompts, corpus, job, cancelled=lambda: True)
     assert outcome.cancelled and outcome.text is None
 
 

@@ -8,8 +8,8 @@ import pytest
 from syntax_helpers import WordModel, context, draft_text
 
 from structspec.drafts.ast_shadow import ASTShadowSource
-from structspec.drafts.feedback import TierGate
 from structspec.drafts.base import DraftContext
+from structspec.drafts.feedback import TierGate
 from structspec.drafts.registry import build_sources
 from structspec.engine.control import CostModel
 from structspec.engine.decode import Engine, GenerationOptions

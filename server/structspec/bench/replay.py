@@ -240,7 +240,11 @@ def replay(
         drafts: list[tuple[int, ...]] = []
         verify = model.verify
 
-        def logged(tokens: Sequence[int], verify: Callable[[Sequence[int]], Rows] = verify) -> Rows:
+        def logged(
+            tokens: Sequence[int],
+            verify: Callable[[Sequence[int]], Rows] = verify,
+            drafts: list[tuple[int, ...]] = drafts,
+        ) -> Rows:
             drafts.append(tuple(tokens[1:]))
             return verify(tokens)
 
@@ -295,7 +299,12 @@ def record(
         margins: list[float] = []
         verify = model.verify
 
-        def logged(rows_in: Sequence[int], verify: Callable[[Sequence[int]], Rows] = verify) -> Rows:
+        def logged(
+            rows_in: Sequence[int],
+            verify: Callable[[Sequence[int]], Rows] = verify,
+            chosen: list[int] = chosen,
+            margins: list[float] = margins,
+        ) -> Rows:
             rows = verify(rows_in)
             chosen.append(rows.argmax[0])
             margins.append(float(rows.margin[0]))  # valid only until the next decode
@@ -308,7 +317,9 @@ def record(
             gen.run()
         finally:
             del model.verify
-        recorded.append(RecordedPrompt(pid, language, tuple(gen.prompt), tuple(chosen), tuple(margins)))
+        recorded.append(
+            RecordedPrompt(pid, language, tuple(gen.prompt), tuple(chosen), tuple(margins))
+        )
     return Recording(model.name, threads, max_tokens, tuple(cost_ms), tuple(recorded))
 
 

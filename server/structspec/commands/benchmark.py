@@ -26,9 +26,9 @@ from structspec.bench.harness import (
     teacher_forced_gaps,
 )
 from structspec.bench.suites import SuiteError, load_suite
-from structspec.errors import UserError
 from structspec.commands.common import add_model_arguments, settings_from_args
 from structspec.config import SOURCE_NAMES, resolve_sources
+from structspec.errors import UserError
 from structspec.model.extras import gguf_extras
 
 

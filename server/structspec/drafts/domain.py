@@ -16,6 +16,7 @@ from structspec.drafts.base import DraftContext, SourcePolicy
 from structspec.syntax.domains import domain_for_language
 from structspec.syntax.table import GrammarTableError, load_table
 
+
 def domain_policy(ctx: DraftContext) -> SourcePolicy:
     """The sources and caps of the domain of ``ctx``'s buffer (every source without a table)."""
     try:

@@ -72,6 +72,7 @@ _IDENT = re.compile(r"( ?)([A-Za-z_][A-Za-z0-9_]*)\Z")
 # Token classes.
 _LITERAL, _IDENTIFIER, _NEWLINE, _SPACE = 0, 1, 2, 3
 
+
 def _keywords(lang: LanguageSpec | None) -> frozenset[str]:
     """Names kept literal in ``lang`` (the table's generic ones when unknown)."""
     try:

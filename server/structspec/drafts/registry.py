@@ -57,9 +57,7 @@ SOURCES: tuple[SourceEntry, ...] = (
         reads_corpus=True,
     ),
     SourceEntry("rules", "structspec.drafts.rules", "RulesSource", "mined n-gram rules"),
-    SourceEntry(
-        "python", "structspec.drafts.python_syntax", "PythonSyntaxSource", "Python syntax"
-    ),
+    SourceEntry("python", "structspec.drafts.python_syntax", "PythonSyntaxSource", "Python syntax"),
     SourceEntry("ast", "structspec.drafts.ast_shadow", "ASTShadowSource", "syntax tree shadow"),
     SourceEntry(
         "motif",

@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from structspec.config import SOURCE_NAMES
+from structspec.drafts.registry import SOURCE_NAMES
 
 
 class GrammarTableError(ValueError):
