@@ -6,6 +6,7 @@ from syntax_helpers import WordModel, context, draft_text
 
 from structspec.drafts.base import DraftContext
 from structspec.drafts.motif import MotifSource
+from structspec.syntax.table import load_table
 
 
 def render(model: WordModel, src: MotifSource, text: str) -> str:
@@ -23,7 +24,7 @@ def render(model: WordModel, src: MotifSource, text: str) -> str:
 
 def test_abstraction_of_identifiers(words: WordModel) -> None:
     src = MotifSource(words, single_line_min=1)
-    src._set_language("python")
+    src._set_language(load_table().for_language_id("python"))
     assert render(words, src, "current = current.next") == "[I0 = I0.I1]"
     assert render(words, src, "node = node.left") == "[I0 = I0.I1]"
     assert render(words, src, "self.name = name") == "[self.I0 = I0]"

@@ -51,13 +51,16 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
+from structspec.drafts.ast_code import code_candidate
+from structspec.drafts.ast_html import html_candidate
+from structspec.drafts.ast_json import json_candidate
 from structspec.drafts.base import Draft, DraftContext, TimedPropose
 from structspec.drafts.feedback import TierGate
 from structspec.model.base import Model
 
 if TYPE_CHECKING:
     from structspec.drafts.registry import SourceOptions
-from structspec.syntax.lexer import AFTER, COLON, KEY, VALUE, LexState
+from structspec.syntax.lexer import LexState
 from structspec.syntax.shadow import ShadowTree
 from structspec.syntax.table import GrammarTableError, LanguageSpec, LanguageTable, load_table
 
@@ -90,77 +93,6 @@ PRIORS: dict[str, float] = {
     "ast:header": 0.5,
     "ast:close-word": 0.6,
 }
-#: Python words after which a block header cannot end yet.
-_OPEN_ENDINGS = frozenset(
-    {
-        "in",
-        "not",
-        "and",
-        "or",
-        "is",
-        "if",
-        "for",
-        "lambda",
-        "await",
-        "as",
-        "import",
-        "from",
-        "with",
-        "while",
-        "elif",
-        "return",
-        "yield",
-    }
-)
-#: Characters after which an expression is certainly not finished.
-_CONTINUING = set(",([{=+-*/%<>!&|^~\\.@:;?")
-
-
-def _indent(line: str) -> str:
-    body = line.lstrip(" \t")
-    return line[: len(line) - len(body)]
-
-
-def _first_word(body: str) -> str:
-    body = body.lstrip("} \t")
-    word = ""
-    for ch in body:
-        if ch.isalnum() or ch == "_":
-            word += ch
-        else:
-            break
-    return word
-
-
-#: Block keywords that stand alone on a header line (``else:``, ``try {``).
-_BARE_HEADERS = frozenset({"else", "try", "finally", "do", "loop"})
-
-
-def _header_tier(body: str, word: str, closers: str) -> str:
-    """How sure a block header's end is: a bare keyword (``else``) is certain; after a
-    closed bracket (``def f(x)``) likely; after a word (``if x > 0``) the condition may
-    go on; with brackets still open (``def f(x``) more arguments may come."""
-    if closers:
-        return "header-close"
-    if body == word and word in _BARE_HEADERS:
-        return "header-kw"
-    return "header" if body[-1] in ")]" else "header-cond"
-
-
-def _value_start(lex: LexState, key: str) -> str:
-    """The start of ``key``'s value: ``"`` if its last value was a string, the whole
-    string if the same value came twice in a row; empty when unknown."""
-    seen = lex.key_value.get(key)
-    if seen is None:
-        return ""
-    return '"' + seen[0] + '"' if seen[1] >= 2 else '"'
-
-
-def _last_word(body: str) -> str:
-    i = len(body)
-    while i > 0 and (body[i - 1].isalnum() or body[i - 1] == "_"):
-        i -= 1
-    return body[i:]
 
 
 class ASTShadowSource(TimedPropose):
@@ -334,199 +266,11 @@ class ASTShadowSource(TimedPropose):
         lex = self._lex
         if lex is None:
             return None
-        lang = lex.lang
-        if lang.name == "json":
-            return self._json(lex)
-        if lang.block_style == "tag":
-            return self._html(lex)
-        if not lex.in_code:
-            return None
-        line = lex.line
-        body = line.strip()
-        kw = self._continuation(lex, body)
-        if kw is not None:
-            return kw
-        unit = lex.indent_unit
-        if not body:
-            if line or lex.depth != lex.line_depth:
-                return None  # indentation already typed, or inside a multi-line bracket
-            prev = lex.prev_line.rstrip()
-            if not prev:
-                return None
-            base = _indent(prev)
-            opener = ":" if lang.block_style == "colon" else "{"
-            if prev.endswith(opener) and lex.depth == lex.prev_depth + (opener == "{"):
-                base += unit
-            return (base, "indent") if base else None
-        last = body[-1]
-        if body.endswith(("++", "--")) and lang.block_style == "brace":
-            last = "_"  # i++ ends an operand
-        above = lex.stack[lex.line_depth :]
-        on_line = all(e.line == lex.line_no for e in above)
-        closers = "".join(e.closer for e in reversed(above))
-        word = _first_word(body)
-        if lang.block_style == "colon":
-            if last == ":" and lex.depth == lex.line_depth == 0 and word in lang.block_openers:
-                return "\n" + _indent(line) + unit, "block"
-            if word in lang.block_openers and last not in _CONTINUING and line[-1] != " ":
-                if _last_word(body) in _OPEN_ENDINGS and word not in _BARE_HEADERS:
-                    return None
-                if not on_line and above:
-                    return None
-                tier = _header_tier(body, word, closers)
-                if tier == "header-kw" or self.all_tiers:
-                    return closers + ":\n" + _indent(line) + unit, tier
-                return None  # a header line never just closes its brackets
-        elif lang.block_style == "brace":
-            if last == "{" and lex.depth == lex.line_depth + 1 and above[-1].closer == "}":
-                return "\n" + _indent(line) + unit, "block"
-            if (
-                word in lang.block_openers
-                and last not in _CONTINUING
-                and last != "}"
-                and line[-1] != " "
-                and on_line
-                and all(e.closer != "}" for e in above)
-            ):
-                tier = _header_tier(body.lstrip("} \t"), word, closers)
-                if tier in ("header-kw", "header") or self.all_tiers:
-                    return closers + " {\n" + _indent(line) + unit, tier
-        if above and on_line and all(e.closer != "}" for e in above):
-            end = closers + lang.statement_end + "\n" + _indent(line)
-            if last in ")]}\"'`" and self.all_tiers:
-                return end, "close"
-            if (last.isalnum() or last == "_") and (lang.block_style == "colon" or self.all_tiers):
-                return end, "close-word"
-        return None
-
-    def _continuation(self, lex: LexState, body: str) -> tuple[str, str] | None:
-        if not lex.lang.continuations or not body or not body[-1].isalpha():
-            return None
-        low = body.lower()
-        for key, text in lex.lang.continuations.items():
-            if low.endswith(key) and (len(low) == len(key) or not low[-len(key) - 1].isalnum()):
-                trigger = body[-len(key) :]
-                return (text.upper() if trigger.isupper() else text), "kw"
-        return None
-
-    def _json(self, lex: LexState) -> tuple[str, str] | None:
-        if lex.comment is not None or not lex.stack:
-            return None
-        top = lex.stack[-1]
-        obj = top.closer == "}"
-        line = lex.line
-        body = line.strip()
-        unit = lex.indent_unit
-        quote = '"' if obj else ""
-
-        def then(key: str, indent: str, depth: int = 1) -> str:
-            """After ``key``'s name: ``": "``, its value when it repeats, and if the value
-            is complete the pair that followed it in the objects before."""
-            value = _value_start(lex, key)
-            text = '": ' + value
-            following = lex.key_next.get(key)
-            if depth > 0 and len(value) > 1 and following is not None:
-                text += ",\n" + indent + '"' + following + then(following, indent, depth - 1)
-            return text
-
-        def next_key(after: str, indent: str) -> tuple[str, str]:
-            """The opening quote of the next key, plus the key and what follows it as
-            predicted from the objects before (tier suffix ``+k``)."""
-            if not obj:
-                return quote, ""
-            key = lex.key_next.get(after)
-            if key is None:
-                return '"', ""
-            return '"' + key + then(key, indent, 0), "+k"
-
-        if lex.string is not None:
-            typed = lex.string_text
-            # The string the structure predicts here (the next key, or this key's value),
-            # when what is typed so far is its beginning: draft the rest of it.
-            if lex.string_role == KEY:
-                expected = lex.key_next.get(top.last_key) if obj else None
-            else:
-                seen = lex.key_value.get(top.last_key) if obj else None
-                expected = seen[0] if seen else None
-            rest = ""
-            if expected and len(expected) > len(typed) and expected.startswith(typed):
-                rest = expected[len(typed) :]
-            # Otherwise only a string already seen in the document is likely complete.
-            elif typed not in lex.strings:
-                return None
-            done = typed + rest
-            if lex.string_role == KEY:
-                tier = "key-rest" if rest else "key-end"
-                text = then(done, _indent(line))
-                if len(text) <= 3 and top.string_values:
-                    text += '"'  # value unknown: a string like the others in this object
-                return rest + text, tier
-            text, more = next_key(top.last_key, _indent(line))
-            tier = ("value-rest" if rest else "value-end") + more
-            return rest + '",\n' + _indent(line) + text, tier
-        if not body:
-            if line or not lex.prev_line.strip():
-                return None
-            prev = lex.prev_line.rstrip()
-            base = _indent(prev) + (unit if prev[-1] in "{[" else "")
-            if top.expect == KEY:
-                text, more = next_key(top.last_key, base)
-                return base + text, "indent" + more
-            if not obj and top.expect != AFTER and prev[-1] in ",[":
-                return base + ('"' if top.string_values else ""), "indent"
-            return None
-        last = body[-1]
-        if top.expect == COLON:
-            value = _value_start(lex, top.last_key)
-            return ": " + (value or ('"' if top.string_values else "")), "colon"
-        if last == ":" and top.expect == VALUE and obj:
-            value = _value_start(lex, top.last_key)
-            return (" " + value, "value") if value else None
-        if last in "{[" and top.line == lex.line_no and last == ("{" if obj else "["):
-            text, more = next_key("", _indent(line) + unit)
-            return "\n" + _indent(line) + unit + text, "open" + more
-        if last == "," and top.expect != AFTER:
-            text, more = next_key(top.last_key, _indent(line))
-            return "\n" + _indent(line) + text, "next" + more
-        if top.expect == AFTER and last != ",":
-            text, more = next_key(top.last_key, _indent(line))
-            return ",\n" + _indent(line) + text, "next" + more
-        return None
-
-    def _html(self, lex: LexState) -> tuple[str, str] | None:
-        if lex.comment is not None:
-            return None
-        top = lex.tags[-1] if lex.tags else None
-        if lex.in_tag:
-            tag = lex._tag or ""
-            if tag == "/" and top is not None:
-                return top.closer + ">", "end-tag"
-            return None
-        line = lex.line
-        body = line.strip()
-        unit = lex.indent_unit
-        if not body:
-            if line or not lex.prev_line.strip():
-                return None
-            prev = lex.prev_line.rstrip()
-            base = _indent(prev)
-            if top is not None and top.line == lex.line_no - 1 and prev.endswith(">"):
-                base += unit
-            return (base, "indent") if base else None
-        if top is None:
-            return None
-        content = body[body.rfind(">") + 1 :]
-        if body[-1] != ">" and top.line == lex.line_no and "<" in body and " " not in content:
-            # One word of content (``<code>name``, ``<td>42``): likely closed right away.
-            text = "</" + top.closer + ">"
-            if body.startswith("<" + top.closer) or body.startswith("<" + top.closer.upper()):
-                text += "\n" + _indent(line)
-            return text, "close-inline"
-        starts_top = body.lower().startswith("<" + top.closer)
-        block = top.closer in lex.lang.block_elements and body.count("<") == 1
-        if body[-1] == ">" and top.line == lex.line_no and starts_top and block:
-            return "\n" + _indent(line) + unit, "open"
-        return None
+        if lex.lang.name == "json":
+            return json_candidate(lex)
+        if lex.lang.block_style == "tag":
+            return html_candidate(lex)
+        return code_candidate(lex, self.all_tiers)
 
     def observe(self, draft: Draft, accepted: int) -> None:
         self.gate.observe(draft.tier, accepted)
