@@ -3,9 +3,3 @@
 (raw_string) @skip
 (heredoc_body) @skip
 (comment) @skip
-
-(function_definition) @construct
-(if_statement) @construct
-(for_statement) @construct
-(while_statement) @construct
-(case_statement) @construct

@@ -3,12 +3,3 @@
 (char_literal) @skip
 (system_lib_string) @skip
 (comment) @skip
-
-(function_definition) @construct
-(struct_specifier) @construct
-(if_statement) @construct
-(for_statement) @construct
-(while_statement) @construct
-(switch_statement) @construct
-(initializer_list) @construct
-(call_expression) @construct

@@ -4,13 +4,3 @@
 (char_literal) @skip
 (system_lib_string) @skip
 (comment) @skip
-
-(function_definition) @construct
-(class_specifier) @construct
-(struct_specifier) @construct
-(namespace_definition) @construct
-(if_statement) @construct
-(for_statement) @construct
-(while_statement) @construct
-(switch_statement) @construct
-(call_expression) @construct

@@ -1,7 +1,3 @@
 ; Shadow-engine queries for HTML (see grammars/python/shadow.scm for the captures).
 (comment) @skip
 (raw_text) @skip
-
-(element) @construct
-(script_element) @construct
-(style_element) @construct

@@ -4,13 +4,3 @@
 (char_literal) @skip
 (line_comment) @skip
 (block_comment) @skip
-
-(function_item) @construct
-(impl_item) @construct
-(struct_item) @construct
-(enum_item) @construct
-(if_expression) @construct
-(for_expression) @construct
-(while_expression) @construct
-(match_expression) @construct
-(call_expression) @construct

@@ -1,8 +1,3 @@
 ; Shadow-engine queries for SQL (see grammars/python/shadow.scm for the captures).
 (comment) @skip
 (literal) @skip
-
-(statement) @construct
-(create_table) @construct
-(select) @construct
-(where) @construct

@@ -23,10 +23,10 @@ from structspec.drafts.base import DraftSource
 from structspec.drafts.domain import domain_policy
 from structspec.drafts.registry import build_sources
 from structspec.engine.control import (
-    AdaptiveKController,
+    AcceptanceEstimator,
     CostModel,
     DraftPlanner,
-    EntropyGate,
+    MarginGate,
     measure_cost,
 )
 from structspec.engine.decode import Engine
@@ -42,10 +42,10 @@ def _stderr(message: str) -> None:
 
 
 def priors_for(sources: Sequence[DraftSource]) -> dict[str, float]:
-    """The controller's starting acceptance estimates: each source's declared ``priors``.
+    """The planner's starting acceptance estimates: each source's declared ``priors``.
 
     Keyed ``source`` or ``source:tier`` (measured acceptance, validated by the
-    registry); a key without one starts at the controller's default.
+    registry); a key without one starts at the estimator's default.
     """
     priors: dict[str, float] = {}
     for source in sources:
@@ -154,7 +154,7 @@ def _cost_cache_path(model: GGUFModel) -> Path:
 
 
 def make_planner(cost: CostModel, sources: Sequence[DraftSource] = ()) -> DraftPlanner:
-    return DraftPlanner(cost, AdaptiveKController(priors_for(sources)), EntropyGate())
+    return DraftPlanner(cost, AcceptanceEstimator(priors_for(sources)), MarginGate())
 
 
 def load_engine(

@@ -1,4 +1,4 @@
-"""The cost model, AdaptiveKController and EntropyGate on synthetic inputs."""
+"""The cost model, AcceptanceEstimator and MarginGate on synthetic inputs."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 
 from structspec.drafts.base import Draft, DraftContext
 from structspec.engine.control import (
-    AdaptiveKController,
+    AcceptanceEstimator,
     CostModel,
     DraftPlanner,
-    EntropyGate,
+    MarginGate,
     measure_cost,
 )
 from structspec.model.standin import StandInModel
@@ -71,7 +71,7 @@ def test_measure_cost_times_each_row_count():
 
 
 def test_adaptive_k_learns_per_position():
-    c = AdaptiveKController({"s": 0.5}, prior_weight=1.0)
+    c = AcceptanceEstimator({"s": 0.5}, prior_weight=1.0)
     for _ in range(50):
         c.observe("s", drafted=4, accepted=2)  # positions 0, 1 accepted, 2 rejected, 3 unseen
     p = c.probs("s", 4)
@@ -80,21 +80,21 @@ def test_adaptive_k_learns_per_position():
 
 
 def test_unseen_positions_do_not_look_worse_than_seen_ones():
-    c = AdaptiveKController({"s": 0.5})
+    c = AcceptanceEstimator({"s": 0.5})
     for _ in range(50):
         c.observe("s", drafted=3, accepted=3)
     assert min(c.probs("s", 15)) > 0.9
 
 
 def test_tier_borrows_source_estimate():
-    c = AdaptiveKController({"s": 0.5}, prior_weight=2.0)
+    c = AcceptanceEstimator({"s": 0.5}, prior_weight=2.0)
     for _ in range(30):
         c.observe("s:a", drafted=1, accepted=1)
     assert c.prob("s:b", 0) > 0.9  # the source's running estimate became the tier's prior
 
 
 def test_entropy_gate_scales_by_margin():
-    g = EntropyGate()
+    g = MarginGate()
     for _ in range(200):
         g.observe(0.2, accepted_first=False)
         g.observe(10.0, accepted_first=True)
@@ -113,7 +113,7 @@ class Fixed:
 
 
 def test_planner_picks_the_better_source_and_pads():
-    controller = AdaptiveKController({"good": 0.97, "bad": 0.2})
+    controller = AcceptanceEstimator({"good": 0.97, "bad": 0.2})
     planner = DraftPlanner(CPU, controller)
     ctx = DraftContext(StandInModel(), [0, 5], 2)
     plan = planner.plan(ctx, [Fixed("bad", [3] * 15), Fixed("good", [4] * 15)], 15, 5.0)
@@ -123,7 +123,7 @@ def test_planner_picks_the_better_source_and_pads():
 
 
 def test_planner_respects_limit():
-    planner = DraftPlanner(CostModel.linear(1.0, 0.0), AdaptiveKController({"good": 0.99}))
+    planner = DraftPlanner(CostModel.linear(1.0, 0.0), AcceptanceEstimator({"good": 0.99}))
     ctx = DraftContext(StandInModel(), [0, 5], 2)
     plan = planner.plan(ctx, [Fixed("good", [4] * 15)], 3, 5.0)
     assert plan is not None and len(plan.draft.tokens) == 3
@@ -131,7 +131,7 @@ def test_planner_respects_limit():
 
 
 def test_declined_key_drifts_back_to_its_prior():
-    c = AdaptiveKController({"s": 0.8}, forget_decay=0.9)
+    c = AcceptanceEstimator({"s": 0.8}, forget_decay=0.9)
     for _ in range(30):
         c.observe("s", drafted=1, accepted=0)
     low = c.prob("s", 0)
@@ -144,7 +144,7 @@ def test_a_generation_behind_greedy_drafts_only_clear_wins():
     from structspec.engine.control import Plan
 
     # p = 0.66 over 3 tokens: gain (1 + .66 + .44 + .29) / 31.2 * 13.9 = 1.06
-    planner = DraftPlanner(CPU, AdaptiveKController({"s": 0.66}, prior_weight=1e9))
+    planner = DraftPlanner(CPU, AcceptanceEstimator({"s": 0.66}, prior_weight=1e9))
     ctx = DraftContext(StandInModel(), [0, 5], 2)
     source = [Fixed("s", [4] * 3)]
     planner.start_generation()

@@ -154,17 +154,6 @@ def test_cursor_skip_in_strings_and_comments() -> None:
     assert tree_of("go", "// hello").cursor(0).skip
 
 
-def test_cursor_construct() -> None:
-    done = "def f(x):\n    return {'a': g(x)}"
-    assert tree_of("python", done).cursor(0).construct == "dictionary"
-    # Half-typed code: the innermost construct the parser still recognises.
-    assert tree_of("python", "def f(x):\n    return {'a': g(x").cursor(0).construct == (
-        "function_definition"
-    )
-    assert tree_of("json", '{"a": [1, 2]').cursor(0).construct == "array"
-    assert tree_of("html", "<ul>\n  <li>a</li>").cursor(0).construct == "element"
-
-
 def test_cursor_broken_only_for_errors_in_finished_code() -> None:
     half = "def f(x):\n    return x\n\ndef g(y):\n    if y > ("
     t = tree_of("python", half)
@@ -183,10 +172,3 @@ def test_json_shown_from_its_middle() -> None:
     s = lex("json", '  "a",\n  "b",\n  "')
     assert s.stack[0].closer == "]" and s.string_role == VALUE
     assert {"a", "b"} <= s.strings
-
-
-def test_warm_up_compiles_every_grammar_query() -> None:
-    from structspec.syntax.shadow import warm_up
-
-    assert set(warm_up(["python", "json"])) == {"python", "json"}
-    assert "sql" in warm_up()

@@ -1,4 +1,4 @@
-"""MotifSource (SymbolicMotifCache): abstraction of lines, replay with the current bindings."""
+"""MotifSource: abstraction of lines, replay with the current bindings."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pytest
 import tree_sitter
 
 from structspec.config import SOURCE_NAMES
-from structspec.syntax import GrammarTableError, detect_domain, grammars_dir, load_table
+from structspec.syntax import GrammarTableError, detect_language, grammars_dir, load_table
 from structspec.syntax.table import parse_table
 
 REQUIRED = [
@@ -38,7 +38,7 @@ def test_every_required_language_has_a_grammar_and_compiling_queries() -> None:
         assert source, f"grammars/{name}/shadow.scm missing"
         query = tree_sitter.Query(grammar, source)
         names = {query.capture_name(i) for i in range(query.capture_count)}
-        assert names <= {"skip", "construct"}, (name, names)
+        assert names <= {"skip"}, (name, names)
 
 
 def test_every_query_folder_belongs_to_a_language() -> None:
@@ -79,16 +79,17 @@ def test_domains_name_only_known_sources() -> None:
         (None, None, "", "generic", None, "default"),
     ],
 )
-def test_detect_domain(language_id, path, text, domain, language, how) -> None:
-    d = detect_domain(language_id, path, text)
+def test_detect_language_and_its_domain(language_id, path, text, domain, language, how) -> None:
+    lang, detected_by = detect_language(language_id, path, text)
+    d = load_table().domains[lang.domain if lang else "generic"]
     assert d.name == domain
-    assert (d.language.name if d.language else None) == language
-    assert d.detected_by == how
+    assert (lang.name if lang else None) == language
+    assert detected_by == how
     assert d.sources and all(s in SOURCE_NAMES for s in d.sources)
 
 
 def test_generic_domain_has_no_syntax_source() -> None:
-    d = detect_domain(None, None, "")
+    d = load_table().domains["generic"]
     assert "ast" not in d.sources and "motif" in d.sources
     assert "lookup" in d.sources and d.caps.get("lookup", 1) > 0
 

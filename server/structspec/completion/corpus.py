@@ -68,9 +68,6 @@ class CorpusCache:
             self._regions.move_to_end(text)
         return tokens
 
-    def forget(self, uri: str) -> None:
-        self._docs.pop(uri, None)
-
     def collect(
         self,
         model: Model,

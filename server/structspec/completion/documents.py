@@ -85,10 +85,6 @@ class Document:
             self._line_starts = [0, *(m.end() for m in _LINE_BREAK.finditer(self.text))]
         return self._line_starts
 
-    @property
-    def line_count(self) -> int:
-        return len(self.line_starts())
-
     def line_bounds(self, line: int) -> tuple[int, int]:
         """``(start, end)`` offsets of ``line`` without its line break (clamped)."""
         starts = self.line_starts()
@@ -203,6 +199,3 @@ class DocumentStore:
     def close(self, uri: str) -> bool:
         """Forget a document; ``False`` when it was not open."""
         return self._docs.pop(uri, None) is not None
-
-    def total_chars(self) -> int:
-        return sum(len(d.text) for d in self._docs.values())

@@ -1,4 +1,4 @@
-"""ASTShadowEngine as a draft source: syntax that code makes (nearly) certain.
+"""The syntax-tree shadow as a draft source: syntax that code makes (nearly) certain.
 
 The source shadows the text around the cursor plus everything generated so
 far with two views, both updated incrementally as tokens arrive:

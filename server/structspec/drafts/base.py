@@ -36,7 +36,7 @@ class SourceError(ValueError):
 class Draft:
     """Proposed continuation tokens.
 
-    ``tier`` refines the acceptance statistics the controller keeps for the
+    ``tier`` refines the acceptance statistics the planner keeps for the
     source (for example the match length of a lookup, or a rule's confidence
     tier), so that it can learn how far to trust each kind of guess.
     """

@@ -13,16 +13,16 @@ from __future__ import annotations
 import warnings
 
 from structspec.drafts.base import DraftContext, SourcePolicy
-from structspec.syntax.domains import domain_for_language
 from structspec.syntax.table import GrammarTableError, load_table
 
 
 def domain_policy(ctx: DraftContext) -> SourcePolicy:
     """The sources and caps of the domain of ``ctx``'s buffer (every source without a table)."""
     try:
-        load_table()
+        table = load_table()
     except GrammarTableError as exc:
         warnings.warn(f"no language table, every source drafts: {exc}", stacklevel=2)
         return SourcePolicy()
-    domain = domain_for_language(ctx.language_spec())
+    lang = ctx.language_spec()
+    domain = table.domains[lang.domain if lang is not None else "generic"]
     return SourcePolicy(frozenset(domain.sources), dict(domain.caps))

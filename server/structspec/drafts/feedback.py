@@ -1,6 +1,6 @@
 """Feedback gates shared by draft sources: mute what the model keeps rejecting.
 
-The controller learns acceptance per ``source:tier``, but inside a source a
+The planner learns acceptance per ``source:tier``, but inside a source a
 single rule or tier can fail where its siblings succeed. These gates take a
 source's ``observe`` feedback and mute the failing part for a while, so that
 one bad rule neither wastes passes nor drags its tier's estimate down. They
@@ -58,7 +58,7 @@ class Cooldown:
 class TierGate:
     """Stops proposing a tier the model keeps rejecting, and probes it again now and then.
 
-    The controller learns acceptance per ``source:tier`` too, but a tier it has
+    The planner learns acceptance per ``source:tier`` too, but a tier it has
     never tried borrows the source's estimate: one poor tier would drag a good
     source down with it. The gate keeps decayed counts of the first drafted
     token's acceptance per tier (from ``observe``); a tier below ``floor`` after

@@ -8,7 +8,7 @@ incrementally as the output grows. A copy of the recent past that runs into
 the present continues from its own draft (an overlapping copy, as in LZ77),
 so a repeating line is drafted beyond the end of the text.
 
-The tier of a draft says how far to trust it, and the controller learns each
+The tier of a draft says how far to trust it, and the planner learns each
 tier's acceptance separately:
 
 - the match length bucket (``m2``, ``m3``, ``m4``, ``m6``, ``m8``);
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 _TIERS = (8, 6, 4, 3, 2)
 
-#: Acceptance priors of the tiers for the controller: first-token acceptance
+#: Acceptance priors of the tiers for the planner: first-token acceptance
 #: measured on HumanEval greedy outputs of the default model ("x": conflict,
 #: "o": matched in the output). A prior too low is never corrected, since a
 #: tier that is not drafted is not observed.

@@ -1,4 +1,4 @@
-"""SymbolicMotifCache as a draft source: code patterns that generalise across names.
+"""Line motifs as a draft source: code patterns that generalise across names.
 
 A *motif* is one line of code with its identifiers abstracted to placeholders
 numbered by first appearance: ``current = current.next`` is ``[I0 = I0.I1]``,
@@ -16,7 +16,7 @@ with the *current* bindings: after ``self.age = `` the motif ``[self.I0 = I0]``
 drafts ``age``; after ``nums[lo], nums[hi] = `` it drafts
 ``nums[hi], nums[lo]`` and the newline and indentation that followed. A
 placeholder that the current line has not bound yet replays the motif's own
-identifier (tier suffix ``+free``: a guess the controller learns to weigh).
+identifier (tier suffix ``+free``: a guess the planner learns to weigh).
 
 Everything works on token ids: a token is an identifier when its text is one
 (with or without a leading space, which is kept as part of the symbol so that

@@ -49,7 +49,7 @@ from structspec.model.base import Model
 if TYPE_CHECKING:
     from structspec.drafts.registry import SourceOptions
 
-#: Acceptance priors of the tiers for the controller (``PythonSyntaxSource.priors``):
+#: Acceptance priors of the tiers for the planner (``PythonSyntaxSource.priors``):
 #: first-token acceptance measured on 8 stdlib modules (0.97 / 0.86 / 0.74) and on
 #: 24 HumanEval greedy outputs of the default model (1.0 / 1.0 / 0.93).
 PRIORS = {"python:deterministic": 0.95, "python:strong": 0.85, "python:frequent": 0.75}

@@ -9,7 +9,7 @@ Tiers
     Each rule has a confidence tier from the smoothed share ``p = best / (total
     + 1)`` of the context's occurrences followed by its first token:
     ``deterministic`` (p >= 0.95), ``strong`` (p >= 0.8), ``frequent``
-    (p >= 0.5). The tier is the draft's ``tier``, so the controller learns the
+    (p >= 0.5). The tier is the draft's ``tier``, so the planner learns the
     acceptance of each tier on its own, and each tier has a draft cap.
 
 Backoff and vetoes

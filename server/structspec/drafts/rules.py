@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 #: Longest draft a rule of each tier may propose.
 DEFAULT_CAPS = {"deterministic": 12, "strong": 8, "frequent": 4}
 
-#: Acceptance priors of the tiers for the controller (``RulesSource.priors``):
+#: Acceptance priors of the tiers for the planner (``RulesSource.priors``):
 #: first-token acceptance measured on 8 held-out stdlib modules (0.94 / 0.71 / 0.45)
 #: and on 24 HumanEval greedy outputs of the default model (1.0 / 0.9 / 0.65).
 PRIORS = {"rules:deterministic": 0.95, "rules:strong": 0.75, "rules:frequent": 0.5}

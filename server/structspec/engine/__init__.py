@@ -1,10 +1,10 @@
 """The engine: decode loops and draft control. Pure logic over the ``Model`` protocol."""
 
 from structspec.engine.control import (
-    AdaptiveKController,
+    AcceptanceEstimator,
     CostModel,
     DraftPlanner,
-    EntropyGate,
+    MarginGate,
     measure_cost,
 )
 from structspec.engine.decode import (
@@ -20,12 +20,12 @@ from structspec.engine.decode import (
 from structspec.engine.stats import GenerationStats, PassTrace, SourceStats
 
 __all__ = [
-    "AdaptiveKController",
+    "AcceptanceEstimator",
     "CostModel",
     "DraftPlanner",
     "Engine",
     "EngineError",
-    "EntropyGate",
+    "MarginGate",
     "Generation",
     "GenerationOptions",
     "GenerationResult",

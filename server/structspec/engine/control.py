@@ -19,9 +19,9 @@ tokens: they cost nothing extra and may be accepted.
 
 - ``CostModel`` holds ``t(n)`` for ``n = 1..16`` (measured per model and
   machine, see ``measure_cost``).
-- ``AdaptiveKController`` keeps ``p_i`` per source key and draft position as
+- ``AcceptanceEstimator`` keeps ``p_i`` per source key and draft position as
   decayed acceptance counts.
-- ``EntropyGate`` scales the expectation by how the acceptance of the first
+- ``MarginGate`` scales the expectation by how the acceptance of the first
   draft token depends on the top-1/top-2 margin of the last verified row: a
   confident model is easier to predict.
 """
@@ -77,7 +77,7 @@ class CostModel:
     def best_k(self, probs: Sequence[float], scale: float = 1.0) -> tuple[int, float]:
         """Best number of draft tokens for conditional acceptance ``probs``, and its gain.
 
-        ``scale`` multiplies the expected number of accepted drafts (the entropy
+        ``scale`` multiplies the expected number of accepted drafts (the margin
         gate). The row count of each ``k`` is padded to the cheapest count the
         draft can fill.
         """
@@ -116,7 +116,7 @@ def measure_cost(
     return CostModel(tuple(med))
 
 
-class AdaptiveKController:
+class AcceptanceEstimator:
     """Rolling acceptance per source key and draft position.
 
     For each key and position ``i`` it keeps decayed counts of trials and
@@ -205,7 +205,7 @@ class AdaptiveKController:
                 hits[i] = hits[i] * self.decay + (1.0 if i < accepted else 0.0)
 
 
-class EntropyGate:
+class MarginGate:
     """Scales expected acceptance by the model's confidence at the last verified row.
 
     Margins (top-1 minus top-2 logit) fall into ``edges`` buckets; per bucket
@@ -276,14 +276,14 @@ class DraftPlanner:
     def __init__(
         self,
         cost: CostModel,
-        controller: AdaptiveKController | None = None,
-        gate: EntropyGate | None = None,
+        acceptance: AcceptanceEstimator | None = None,
+        gate: MarginGate | None = None,
         *,
         min_gain: float = 1.0,
         min_gain_behind: float = 1.1,
     ) -> None:
         self.cost = cost
-        self.controller = controller or AdaptiveKController()
+        self.acceptance = acceptance or AcceptanceEstimator()
         self.gate = gate
         self.min_gain = min_gain
         self.min_gain_behind = min_gain_behind
@@ -313,9 +313,9 @@ class DraftPlanner:
             if draft is None or not draft.tokens:
                 continue
             tokens = draft.tokens[: ctx.max_tokens]
-            k, gain = self.cost.best_k(self.controller.probs(draft.key, len(tokens)), scale)
+            k, gain = self.cost.best_k(self.acceptance.probs(draft.key, len(tokens)), scale)
             if k == 0 or gain <= floor:
-                self.controller.forget(draft.key)
+                self.acceptance.forget(draft.key)
                 continue
             if best is not None and gain <= best.gain:
                 continue
@@ -327,6 +327,6 @@ class DraftPlanner:
     def observe(self, plan: Plan, accepted: int, margin: float) -> None:
         rows = len(plan.draft.tokens) + 1
         self.balance_ms += (accepted + 1) * self.cost.t(1) - self.cost.t(rows)
-        self.controller.observe(plan.draft.key, len(plan.draft.tokens), accepted)
+        self.acceptance.observe(plan.draft.key, len(plan.draft.tokens), accepted)
         if self.gate is not None:
             self.gate.observe(margin, accepted > 0)

@@ -102,8 +102,3 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
-
-
-def detokenize_bytes(model: Model, tokens: Sequence[int]) -> bytes:
-    """The raw bytes of ``tokens`` (may end in the middle of a UTF-8 character)."""
-    return b"".join(model.token_bytes(t) for t in tokens)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -302,14 +301,6 @@ class LlamaModel:
         if min(pre, suf, mid) < 0:
             return None
         return FimTokens(pre, suf, mid)
-
-    def vocab_fingerprint(self) -> str:
-        """A short hash of the vocabulary (token pieces), to key tokenizer-specific data."""
-        h = hashlib.sha256()
-        for t in range(self.n_vocab):
-            h.update(self.token_bytes(t))
-            h.update(b"\0")
-        return h.hexdigest()[:16]
 
     # -- KV cache ----------------------------------------------------------
     @property

@@ -2,7 +2,7 @@
 
 - ``table``: ``grammars/languages.toml`` and the tree-sitter grammars of the
   installed ``tree_sitter_<lang>`` wheels;
-- ``domains``: which language and domain a buffer is (``detect_domain``);
+- ``domains``: which language a buffer is (``detect_language``, ``resolve_language``);
 - ``lexer``: the incremental bracket/string/comment/indent state at the cursor;
 - ``shadow``: the incrementally reparsed tree-sitter tree and its queries.
 
@@ -12,7 +12,7 @@ The draft sources built on it are ``structspec.drafts.ast_shadow`` and
 
 from __future__ import annotations
 
-from structspec.syntax.domains import Domain, detect_domain, detect_language, domain_for_language
+from structspec.syntax.domains import detect_language, resolve_language
 from structspec.syntax.table import (
     DomainSpec,
     GrammarTableError,
@@ -23,14 +23,12 @@ from structspec.syntax.table import (
 )
 
 __all__ = [
-    "Domain",
     "DomainSpec",
     "GrammarTableError",
     "LanguageSpec",
     "LanguageTable",
-    "detect_domain",
     "detect_language",
-    "domain_for_language",
+    "resolve_language",
     "grammars_dir",
     "load_table",
 ]

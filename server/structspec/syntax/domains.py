@@ -1,8 +1,6 @@
-"""Domains: which language a buffer is in, and which draft sources serve it.
+"""Which language a buffer is in (its domain then decides the draft sources: ``drafts.domain``).
 
-A domain (Python, JSON, HTML, SQL, Go, C-like, shell, Generic) decides the
-draft sources enabled for a buffer and how many tokens each may draft per
-pass. The language is detected, in order of trust, from the LSP languageId,
+The language is detected, in order of trust, from the LSP languageId,
 the file name or extension, a ``#!`` line, and the text itself (the
 ``content_patterns`` of the language table, scored by how many lines match).
 """
@@ -12,10 +10,8 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from dataclasses import dataclass, field
 
 from structspec.syntax.table import (
-    DomainSpec,
     GrammarTableError,
     LanguageSpec,
     LanguageTable,
@@ -25,25 +21,6 @@ from structspec.syntax.table import (
 _SHEBANG = re.compile(r"\A#!\s*(?:/usr/bin/env\s+)?(?:\S*/)?([\w.+-]+)")
 #: How much text content detection looks at (its start: headers decide most).
 _SNIFF_CHARS = 8192
-
-
-@dataclass(frozen=True)
-class Domain:
-    """The domain of a buffer: its name, language (if known), sources and caps.
-
-    The engine applies the sources and caps (``structspec.drafts.domain``).
-    """
-
-    name: str
-    language: LanguageSpec | None
-    sources: tuple[str, ...]
-    caps: dict[str, int] = field(default_factory=dict)
-    detected_by: str = "default"
-
-
-def _domain(table: LanguageTable, lang: LanguageSpec | None, how: str) -> Domain:
-    spec: DomainSpec = table.domains[lang.domain if lang else "generic"]
-    return Domain(spec.name, lang, spec.sources, dict(spec.caps), how)
 
 
 def _sniff(table: LanguageTable, text: str) -> LanguageSpec | None:
@@ -106,21 +83,3 @@ def resolve_language(language_id: str | None, text: str) -> LanguageSpec | None:
     if lang is None:
         lang, _ = detect_language(None, None, text, table=table)
     return lang
-
-
-def detect_domain(
-    language_id: str | None = None,
-    path: str | None = None,
-    text: str = "",
-    *,
-    table: LanguageTable | None = None,
-) -> Domain:
-    """The domain of a buffer; unknown languages get the Generic domain."""
-    table = table or load_table()
-    lang, how = detect_language(language_id, path, text, table=table)
-    return _domain(table, lang, how)
-
-
-def domain_for_language(language: LanguageSpec | None) -> Domain:
-    """The domain of a known language entry (``None``: Generic)."""
-    return _domain(load_table(), language, "languageId" if language else "default")

@@ -51,7 +51,6 @@ class LexState:
     line: str = ""  # text of the current line so far
     line_no: int = 0
     line_depth: int = 0  # bracket depth at the start of the current line
-    line_string: bool = False  # the line started inside a string
     prev_line: str = ""  # last non-blank line before the current one
     prev_depth: int = 0
     tags: list[Open] = field(default_factory=list)  # HTML open elements
@@ -168,7 +167,6 @@ class LexState:
         self.line = ""
         self.line_no += 1
         self.line_depth = len(self.stack)
-        self.line_string = self.string is not None
 
     def _char(self, ch: str) -> None:
         self.chars += 1

@@ -12,9 +12,7 @@ reparsing is lazy: it happens when someone asks about the cursor.
 - ``broken``: an ERROR node lies in finished code before ``tail_start`` (the
   start of the statement being typed): the parse around the cursor is not to
   be trusted. An ERROR that reaches the cursor is just the half-typed tail and
-  does not count;
-- ``construct``: the type of the innermost ``@construct`` capture enclosing the
-  cursor (``function_definition``, ``object``, ``element``...), or ``None``.
+  does not count.
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ _ERROR_LOOKBACK = 240
 class CursorInfo:
     skip: bool
     broken: bool
-    construct: str | None
 
 
 class ShadowTree:
@@ -120,19 +117,12 @@ class ShadowTree:
         root = self.tree().root_node
         cur = len(self.data)
         skip = False
-        construct: str | None = None
         if self._query is not None and cur > 0:
             qc = self._ts.QueryCursor(self._query)
             qc.set_byte_range(max(0, cur - 1), cur)
-            best_start = -1
-            for name, nodes in qc.captures(root).items():
-                for node in nodes:
-                    if not node.start_byte < cur <= node.end_byte:
-                        continue
-                    if name == "skip":
-                        skip = skip or _unfinished(node, cur, self.data)
-                    elif name == "construct" and node.start_byte > best_start:
-                        best_start, construct = node.start_byte, node.type
+            for node in qc.captures(root).get("skip", []):
+                if node.start_byte < cur <= node.end_byte:
+                    skip = skip or _unfinished(node, cur, self.data)
         broken = False
         if root.has_error:
             # Errors on the first line are artefacts of text shown from its middle.
@@ -147,7 +137,7 @@ class ShadowTree:
                     ):
                         broken = True
                         break
-        return CursorInfo(skip, broken, construct)
+        return CursorInfo(skip, broken)
 
 
 _QUERIES: dict[str, tuple[Any | None, Any]] = {}
@@ -168,20 +158,6 @@ def _queries(lang: LanguageSpec) -> tuple[Any | None, Any]:
         query = ts.Query(grammar, source) if source.strip() else None
         hit = _QUERIES[key] = (query, ts.Query(grammar, "(ERROR) @error"))
     return hit
-
-
-def warm_up(names: list[str] | None = None) -> list[str]:
-    """Compile the queries of ``names`` (all languages with a grammar by default) now,
-    rather than on the first draft in that language (a large grammar's query takes
-    a noticeable time: tree-sitter-sql's about half a second). Returns those compiled."""
-    from structspec.syntax.table import load_table
-
-    done = []
-    for name, lang in load_table().languages.items():
-        if (names is None or name in names) and lang.grammar() is not None:
-            _queries(lang)
-            done.append(name)
-    return done
 
 
 def _inside_error(node: Any) -> bool:
