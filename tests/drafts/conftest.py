@@ -1,16 +1,9 @@
-"""Fixtures of the draft-source tests (helpers live in ``drafts_helpers``)."""
+"""Fixtures of the draft-source tests (helpers live in ``tests.helpers.drafts``)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-# pytest runs with --import-mode=importlib: make drafts_helpers importable here.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from drafts_helpers import PieceTokenizer  # noqa: E402
+from tests.helpers.drafts import PieceTokenizer
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import random
 import re
 
 import pytest
-from drafts_helpers import PieceTokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.helpers.drafts import PieceTokenizer
 
 from structspec.drafts.base import Draft, DraftContext
 from structspec.drafts.python_syntax import (

@@ -1,16 +1,9 @@
-"""Fixtures of the syntax-engine tests (helpers live in ``syntax_helpers``)."""
+"""Fixtures of the syntax-engine tests (helpers live in ``tests.helpers.syntax``)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-# pytest runs with --import-mode=importlib: make syntax_helpers importable here.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from syntax_helpers import WordModel  # noqa: E402
+from tests.helpers.syntax import WordModel
 
 
 @pytest.fixture

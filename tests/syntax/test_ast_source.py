@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from syntax_helpers import WordModel, context, draft_text
+from tests.helpers.syntax import WordModel, context, draft_text
 
 from structspec.drafts.ast_shadow import ASTShadowSource
 from structspec.drafts.base import DraftContext

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from syntax_helpers import WordModel, context, draft_text
+from tests.helpers.syntax import WordModel, context, draft_text
 
 from structspec.drafts.base import DraftContext
 from structspec.drafts.motif import MotifSource
