@@ -14,7 +14,8 @@ from structspec.engine.control import (
 )
 from structspec.model.standin import StandInModel
 
-# FACTS.md: gemma-3-270m Q4_K_M, 2 threads (ms per pass of n rows; n = 7, 9, 11, 13-15 interpolated)
+# A CPU-shaped table: gemma-3-270m Q4_K_M, 2 threads, ms per pass of n rows (the shape of
+# docs/MEASUREMENTS.md: multiples of 4 rows are cheap; some sizes interpolated)
 CPU = CostModel(
     (13.9, 24.8, 29.4, 31.2, 47.5, 51.7, 48.6, 45.5, 55.5, 65.5, 61.5, 57.4, 61.2, 65.0, 68.8, 72.6)
 )

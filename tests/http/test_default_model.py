@@ -96,7 +96,7 @@ def test_sixteen_concurrent_streams_equal_alone(model_server: ServerThread) -> N
 
     # Each stream carries its own prompt's completion. The draft planner learns
     # across requests, so the second run verifies in other batch shapes and a
-    # near-tie may flip late in a completion (FACTS.md), never into another
+    # near-tie may flip late in a completion (docs/MEASUREMENTS.md), never into another
     # prompt's text.
     for i, text in enumerate(together):
         assert shared(text, alone[i]) >= max(

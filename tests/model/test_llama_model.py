@@ -116,4 +116,4 @@ def test_teacher_forced_greedy_output_is_argmax(model):
     model.truncate(0)
     checks = model.teacher_forced(tokens, res.tokens)
     assert len(checks) == len(res.tokens)
-    assert all(c.gap <= 1.0 for c in checks)  # batch-shape noise only (FACTS.md)
+    assert all(c.gap <= 1.0 for c in checks)  # batch-shape noise only (docs/MEASUREMENTS.md)

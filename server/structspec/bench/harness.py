@@ -44,7 +44,7 @@ def comparison_bases(modes: Sequence[str]) -> list[str]:
 
 
 #: A token's logit may sit this far below its row's maximum through batch-shape
-#: noise alone (calibrated on plain greedy output; see FACTS.md).
+#: noise alone (calibrated on plain greedy output; see docs/MEASUREMENTS.md).
 NEAR_TIE = 1.0
 
 

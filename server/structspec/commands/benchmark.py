@@ -306,7 +306,7 @@ def _report(
             "",
             "Each emitted token checked against the argmax of its row with prompt + output "
             "evaluated in one batch. Near-tie: below the argmax by at most 1.0 logit "
-            "(batch-shape noise, FACTS.md); off: further.",
+            "(batch-shape noise, docs/MEASUREMENTS.md); off: further.",
             "",
             "| mode | tokens | exact argmax | near-ties | off | worst gap |",
             "| --- | --- | --- | --- | --- | --- |",
