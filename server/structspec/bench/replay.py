@@ -310,7 +310,7 @@ def record(
             margins.append(float(rows.margin[0]))  # valid only until the next decode
             return rows
 
-        model.verify = logged  # type: ignore[method-assign]
+        model.verify = logged  # type: ignore[method-assign,assignment]
         try:
             model.truncate(0)
             gen = engine.stream(tokens, GenerationOptions(max_tokens=max_tokens, speculative=False))
