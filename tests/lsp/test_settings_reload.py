@@ -19,6 +19,7 @@ def _rules_warnings(client: LanguageClient) -> list[str]:
 
 
 async def _change(client: LanguageClient, **values: object) -> None:
+    """Send the whole ``structspec`` section (a client sends all of it on every change)."""
     client.workspace_did_change_configuration(
         types.DidChangeConfigurationParams(settings={"structspec": values})
     )
@@ -44,12 +45,14 @@ async def test_sources_and_rules_file_changes_take_effect(client: LanguageClient
     await _complete(client)
     assert _rules_warnings(client) == []  # no rules source: its file is not read
 
-    await _change(client, sources=["lookup", "rules"])  # the rules source is built now
+    first = str(tmp_path / "first.json.gz")
+    await _change(client, sources=["lookup", "rules"], rulesFile=first)  # rules built now
     await _complete(client)
     warnings = await _wait_for_warnings(client, 1)
     assert len(warnings) == 1 and "first.json.gz" in warnings[0]
 
-    await _change(client, rulesFile=str(tmp_path / "second.json.gz"))  # the file alone
+    second = str(tmp_path / "second.json.gz")
+    await _change(client, sources=["lookup", "rules"], rulesFile=second)  # the file alone
     await _complete(client)
     warnings = await _wait_for_warnings(client, 2)
     assert len(warnings) == 2 and "second.json.gz" in warnings[1]
