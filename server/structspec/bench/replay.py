@@ -7,8 +7,10 @@ it drafts, how much of it is accepted. Given the model's greedy choices and
 the top-1/top-2 margin of each row, recorded once on the real model, every
 pass is determined, and so is its predicted cost from a fixed cost table. The
 replay therefore runs the real planner and the real sources in milliseconds
-per prompt, deterministically, and a SHA-256 over every pass says whether a
-restructuring changed anything at all.
+per prompt, deterministically. A SHA-256 over every pass (source, drafted
+tokens, accepted length) says whether a restructuring changed anything the
+model would see; a second one over every proposal of every source, kept by
+the planner or not, covers sources that rarely win a pass.
 
 A recording (``Recording``, JSON) holds, per prompt, the prompt's token ids,
 the greedy tokens that followed (the end-of-generation token included when the
@@ -31,7 +33,9 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from structspec.drafts.base import Draft, DraftContext, DraftSource
 from structspec.engine.control import CostModel
 from structspec.engine.decode import Engine, GenerationOptions
 from structspec.model.base import FimTokens, Model, Rows, TokenCheck
@@ -210,6 +214,8 @@ class ReplayResult:
     #: The same tokens decoded greedily: ``t(1)`` per token.
     greedy_ms: float = 0.0
     by_source: dict[str, list[int]] = field(default_factory=dict)  # key -> [drafted, accepted]
+    #: SHA-256 over every proposal of every source, kept by the planner or not.
+    proposals_digest: str = ""
     mismatches: list[str] = field(default_factory=list)
 
     @property
@@ -233,6 +239,8 @@ def replay(
     cost = CostModel(recording.cost_ms)
     model = ReplayModel(vocab)
     engine = make_engine(model, cost)
+    proposals = hashlib.sha256()
+    engine.sources = [_Logged(s, proposals) for s in engine.sources]
     h = hashlib.sha256()
     result = ReplayResult(digest="")
     for rec in recording.prompts if prompts is None else prompts:
@@ -280,7 +288,27 @@ def replay(
         greedy_passes = len(out.tokens) + (out.stop_reason == "eos")
         result.greedy_ms += cost.t(1) * greedy_passes
     result.digest = h.hexdigest()
+    result.proposals_digest = proposals.hexdigest()
     return result
+
+
+class _Logged:
+    """A draft source whose every proposal (kept or not) goes into a hash."""
+
+    def __init__(self, source: DraftSource, digest: Any) -> None:
+        self.source = source
+        self.name = source.name
+        self.priors = getattr(source, "priors", {})
+        self._digest = digest
+
+    def propose(self, ctx: DraftContext) -> Draft | None:
+        draft = self.source.propose(ctx)
+        text = "-" if draft is None else f"{draft.key}:{','.join(map(str, draft.tokens))}"
+        self._digest.update(f"{len(ctx.tokens)}\t{self.name}\t{ctx.max_tokens}\t{text}\n".encode())
+        return draft
+
+    def observe(self, draft: Draft, accepted: int) -> None:
+        self.source.observe(draft, accepted)
 
 
 def record(
@@ -338,5 +366,6 @@ def report(result: ReplayResult, recording: Recording) -> str:
             f"OUTPUT DIFFERS from the recording on {len(result.mismatches)} prompt(s): "
             + ", ".join(result.mismatches)
         )
+    lines.append(f"proposals sha256: {result.proposals_digest}")
     lines.append(f"passes sha256: {result.digest}")
     return "\n".join(lines)
