@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from structspec.bench.replay import Recording, ReplayModel, record, replay
 from structspec.config import Settings
 from structspec.engine.control import CostModel
 from structspec.model.standin import StandInModel
 from structspec.runtime import assemble_engine
+
+RECORDING = Path(__file__).resolve().parents[1] / "data" / "humaneval-40x128.replay.json"
 
 TEXTS = (
     "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n",
@@ -68,3 +74,22 @@ def test_rows_after_a_rejection_are_unknown() -> None:
     wrong = (p.output[0] + 1) % model.n_vocab
     rows = model.verify([p.prompt[-1], wrong, p.output[1]])
     assert rows.argmax[0] == p.output[0] and rows.argmax[1:] == [-1, -1]
+
+
+@pytest.mark.model
+def test_the_committed_recording_replays_exactly() -> None:
+    """The HumanEval recording through today's planner and sources: the recorded output."""
+    from structspec.runtime import open_model
+
+    rec = Recording.load(RECORDING)
+    vocab = open_model("", context_size=256, threads=1)
+    assert vocab.name == rec.model
+
+    def factory(model, cost):
+        return assemble_engine(model, Settings(), cost)
+
+    first = replay(rec, vocab, factory, prompts=rec.prompts[:8])
+    second = replay(rec, vocab, factory, prompts=rec.prompts[:8])
+    assert first.mismatches == [] and first.tokens == 8 * rec.max_tokens
+    assert (first.digest, first.proposals_digest) == (second.digest, second.proposals_digest)
+    assert first.drafted > 0
