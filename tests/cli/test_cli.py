@@ -75,8 +75,9 @@ def test_greedy_and_structspec_agree_on_default_model():
     b = json.loads(
         structspec("run", "--prompt", "def is_prime(n):", "--max-tokens", "48", "--json").stdout
     )
-    # Batch shape changes logits on CPU (docs/MEASUREMENTS.md): compare the common prefix up to divergence,
-    # which must be long; exactness proper is the stand-in tests' and the benchmark's job.
+    # Batch shape changes logits on CPU (docs/MEASUREMENTS.md): compare the common prefix up
+    # to divergence, which must be long; exactness proper is the stand-in tests' and the
+    # benchmark's job.
     same = 0
     for x, y in zip(a["tokens"], b["tokens"], strict=False):
         if x != y:

@@ -37,16 +37,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="", help="GGUF path (default: the embedded default model)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tokens", type=int, default=64, help="greedy tokens per noise prompt")
+    p.add_argument("--no-cost", action="store_true", help="only the batch-shape noise")
+    p.add_argument("--no-noise", action="store_true", help="only the cost table")
     args = p.parse_args(argv)
     model = open_model(args.model, context_size=2048, threads=args.threads)
     machine = f"{os.cpu_count()} CPUs, {platform.machine()}"
     print(f"model {model.name}, {args.threads} threads, {machine}")
-    cost = measure_verify_cost(model)
-    print("\nverification cost per pass (median of 5, sizes interleaved)")
-    print("| rows | ms | x t(1) |")
-    print("| --- | --- | --- |")
-    for n, ms in enumerate(cost.ms, 1):
-        print(f"| {n} | {ms:.1f} | {ms / cost.ms[0]:.2f} |")
+    if not args.no_cost:
+        cost = measure_verify_cost(model)
+        print("\nverification cost per pass (median of 5, sizes interleaved)")
+        print("| rows | ms | x t(1) |")
+        print("| --- | --- | --- |")
+        for n, ms in enumerate(cost.ms, 1):
+            print(f"| {n} | {ms:.1f} | {ms / cost.ms[0]:.2f} |")
+    if args.no_noise:
+        return 0
     print("\nbatch-shape noise: greedy one row per pass vs the same positions in one batch")
     print("| prompt | tokens | no longer argmax | worst gap (logits) |")
     print("| --- | --- | --- | --- |")
