@@ -125,8 +125,8 @@ def measure_verify_cost(model: Model) -> CostModel:
     return measure_cost(run_rows)
 
 
-def _cost_cache_path(model: GGUFModel) -> Path:
-    st = model.path.stat()
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
@@ -135,6 +135,12 @@ def _cost_cache_path(model: GGUFModel) -> Path:
             )
     except OSError:
         pass
+    return cpu
+
+
+def _cost_cache_path(model: GGUFModel) -> Path:
+    st = model.path.stat()
+    cpu = cpu_name()
     import llama_cpp
 
     key = json.dumps(

@@ -91,15 +91,11 @@ def _command_line() -> str:
 
 
 def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(
-                (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu
-            )
-    except OSError:
-        pass
     import llama_cpp
+
+    from structspec.runtime import cpu_name
+
+    cpu = cpu_name()
 
     return (
         f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
