@@ -57,13 +57,13 @@ def engine_key(settings: Settings) -> EngineKey:
     return (settings.source_names(), settings.rules_file)
 
 
-def _default_open_model(spec: str, **kwargs: Any) -> Model:
+def default_open_model(spec: str, **kwargs: Any) -> Model:
     from structspec.runtime import open_model
 
     return open_model(spec, **kwargs)
 
 
-def _default_load_engine(settings: Settings, **kwargs: Any) -> tuple[Engine, list[str]]:
+def default_load_engine(settings: Settings, **kwargs: Any) -> tuple[Engine, list[str]]:
     from structspec.runtime import load_available_engine
 
     return load_available_engine(settings, **kwargs)
@@ -78,8 +78,8 @@ class EngineHost:
         announce: Announce,
         on_loaded: Callable[[str, list[str]], None],
         on_failed: Callable[[str], None],
-        open_model: ModelOpener = _default_open_model,
-        load_engine: EngineLoader = _default_load_engine,
+        open_model: ModelOpener = default_open_model,
+        load_engine: EngineLoader = default_load_engine,
     ) -> None:
         self._announce = announce
         self._on_loaded = on_loaded

@@ -51,8 +51,8 @@ from structspec.completion.host import (
     EngineHost,
     EngineLoader,
     ModelOpener,
-    _default_load_engine,
-    _default_open_model,
+    default_load_engine,
+    default_open_model,
     engine_key,
     model_key,
 )
@@ -138,8 +138,8 @@ class CompletionService:
         *,
         on_status: Callable[[Status], None] | None = None,
         on_message: Callable[[str, str], None] | None = None,
-        open_model: ModelOpener = _default_open_model,
-        load_engine: EngineLoader = _default_load_engine,
+        open_model: ModelOpener = default_open_model,
+        load_engine: EngineLoader = default_load_engine,
     ) -> None:
         self.settings = settings
         self.documents = DocumentStore(UTF16)
