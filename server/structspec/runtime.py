@@ -1,7 +1,11 @@
-"""Assemble a ready engine from settings: model, draft sources, cost model, planner.
+"""The composition root: a ready engine from settings (model, draft sources, cost table, planner).
 
 This is the one place the surfaces (CLI, LSP, HTTP) get an engine from, so
-they never touch llama.cpp themselves.
+they never touch llama.cpp themselves. It also owns what spans layers: the
+verification cost table (measured here over the model's own ``verify`` pass
+and cached per model file, threads and machine) and the per-source fallback of
+a long-running server (``load_available_engine``: a source that cannot be
+built costs that source only).
 
 Model specs: a GGUF path; empty for the embedded default model (assembled from
 its PyPI package on first use, path announced once); or ``standin[:SEED]``,
@@ -49,6 +53,7 @@ def priors_for(sources: Sequence[DraftSource]) -> dict[str, float]:
     """
     priors: dict[str, float] = {}
     for source in sources:
+        # Registry sources declare priors; a source built by hand (a test's) may not.
         priors.update(getattr(source, "priors", {}))
     return priors
 
