@@ -109,7 +109,8 @@ def test_ablation_modes_run_side_by_side(tmp_path):
     ablation = modes["structspec:lookup+rules"]
     assert set(ablation["sources"]) <= {"lookup", "rules"}
     assert "aggregate_vs_structspec:lookup+rules" in modes["structspec"]
-    assert "## Ablation" in p.stdout and "## Draft sources (structspec:lookup+rules)" in p.stdout
+    assert "## Against each base" in p.stdout
+    assert "## Draft sources (structspec:lookup+rules)" in p.stdout
 
 
 @pytest.mark.parametrize("mode", ["structspec:", "structspec:nosuch", "fast"])

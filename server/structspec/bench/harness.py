@@ -1,9 +1,10 @@
 """Side-by-side runs of decoding modes on the same prompts, in one process.
 
 Modes: ``greedy`` (the engine with no drafts), ``structspec`` (the engine with
-its draft sources) and ``pld`` (llama-cpp-python's own
+its draft sources), ``pld`` (llama-cpp-python's own
 ``LlamaPromptLookupDecoding(num_pred_tokens=10)`` through its high-level
-``Llama.generate``). For fairness every run starts from a cold KV cache, and
+``Llama.generate``) and ``llama-server[:SPEC_TYPE]`` (llama.cpp's own server,
+see ``bench/llama_server.py``). For fairness every run starts from a cold KV cache, and
 the modes of one prompt run back to back in rotating order so that drift of a
 shared machine hits them alike.
 
@@ -31,6 +32,20 @@ MODES = ("greedy", "structspec", "pld")
 ABLATION_PREFIX = "structspec:"
 
 
+#: ``llama-server`` is llama.cpp's own server, greedy; ``llama-server:TYPE`` with
+#: its ``--spec-type TYPE`` (``bench/llama_server.py``).
+LLAMA_SERVER_MODE = "llama-server"
+
+
+def is_llama_server_mode(mode: str) -> bool:
+    return mode == LLAMA_SERVER_MODE or mode.startswith(LLAMA_SERVER_MODE + ":")
+
+
+def is_external_mode(mode: str) -> bool:
+    """A mode that another program decodes: its text is not this engine's to check."""
+    return mode == "pld" or is_llama_server_mode(mode)
+
+
 def ablation_sources(mode: str) -> tuple[str, ...] | None:
     """The draft sources of an ablation mode ``structspec:NAME+NAME``, else ``None``."""
     if not mode.startswith(ABLATION_PREFIX):
@@ -39,8 +54,11 @@ def ablation_sources(mode: str) -> tuple[str, ...] | None:
 
 
 def comparison_bases(modes: Sequence[str]) -> list[str]:
-    """Modes every other mode's speed is compared with: greedy, pld and the ablations."""
-    return [m for m in modes if m in ("greedy", "pld") or ablation_sources(m) is not None]
+    """Modes every other mode's speed is compared with: greedy, the ablations and the
+    other programs (pld, llama-server)."""
+    return [
+        m for m in modes if m == "greedy" or ablation_sources(m) is not None or is_external_mode(m)
+    ]
 
 
 #: A token's logit may sit this far below its row's maximum through batch-shape
@@ -247,6 +265,7 @@ def summarize(runs: Sequence[Run], modes: Sequence[str]) -> dict[str, Any]:
                 if med_tps.get((p, base)) and (p, mode) in med_tps
             ]
             m[f"ratio_vs_{base}"] = spread(ratios)
+            m[f"ratios_vs_{base}"] = ratios
             per_repeat: list[float] = []
             for rep in sorted({r.repeat for r in rs}):
                 tps = _aggregate_tps([r for r in rs if r.repeat == rep])
@@ -254,7 +273,7 @@ def summarize(runs: Sequence[Run], modes: Sequence[str]) -> dict[str, Any]:
                 if tps and tps_base:
                     per_repeat.append(tps / tps_base)
             m[f"aggregate_vs_{base}_per_repeat"] = spread(per_repeat)
-        if mode != "greedy" and "greedy" in modes:
+        if mode != "greedy" and "greedy" in modes and not is_llama_server_mode(mode):
             same = sum(
                 1
                 for p in prompt_ids
@@ -267,9 +286,30 @@ def summarize(runs: Sequence[Run], modes: Sequence[str]) -> dict[str, Any]:
     # aggregate ratios need every mode's totals: filled in after the loop
     for mode, m in out["modes"].items():
         for base in comparison_bases(modes):
-            if base != mode and base in out["modes"] and out["modes"][base]["decode_tps"]:
-                m[f"aggregate_vs_{base}"] = m["decode_tps"] / out["modes"][base]["decode_tps"]
+            b = out["modes"].get(base)
+            if base == mode or b is None:
+                continue
+            if b["decode_tps"]:
+                m[f"aggregate_vs_{base}"] = m["decode_tps"] / b["decode_tps"]
+            if b["e2e_tps"]:
+                m[f"e2e_vs_{base}"] = m["e2e_tps"] / b["e2e_tps"]
     return out
+
+
+def acceptance_by_position(runs: Sequence[Run], most: int = 16) -> list[tuple[int, int, float]]:
+    """``(position, drafted, acceptance)`` of draft tokens by their place in the draft.
+
+    Position ``i`` (1-based) counts the passes whose draft reached ``i`` tokens;
+    it was accepted when the pass kept at least ``i`` of them.
+    """
+    reached = [0] * (most + 1)
+    kept = [0] * (most + 1)
+    for r in runs:
+        for t in r.trace:
+            for i in range(1, min(t.drafted, most) + 1):
+                reached[i] += 1
+                kept[i] += t.accepted >= i
+    return [(i, reached[i], kept[i] / reached[i]) for i in range(1, most + 1) if reached[i]]
 
 
 def _aggregate_tps(runs: Sequence[Run]) -> float:

@@ -20,10 +20,19 @@ from structspec.bench.harness import (
     PromptLookupBaseline,
     Run,
     ablation_sources,
+    acceptance_by_position,
     comparison_bases,
+    is_external_mode,
+    is_llama_server_mode,
     run_engine,
     summarize,
     teacher_forced_gaps,
+)
+from structspec.bench.llama_server import (
+    SPEC_TYPES,
+    LlamaServerBaseline,
+    LlamaServerError,
+    spec_type,
 )
 from structspec.bench.suites import SuiteError, load_suite
 from structspec.commands.common import add_model_arguments, settings_from_args
@@ -46,8 +55,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--modes",
         default=",".join(MODES),
-        help="comma-separated: greedy,structspec,pld, and structspec:NAME+NAME for "
-        "structspec with only those draft sources (an ablation, e.g. structspec:lookup+rules)",
+        help="comma-separated: greedy,structspec,pld, structspec:NAME+NAME for "
+        "structspec with only those draft sources (an ablation, e.g. structspec:lookup+rules), "
+        "and with --llama-server: llama-server (greedy) and llama-server:TYPE "
+        "(its --spec-type TYPE, e.g. llama-server:ngram-mod)",
+    )
+    p.add_argument(
+        "--llama-server",
+        metavar="PATH",
+        help="llama.cpp's llama-server binary for the llama-server modes "
+        "(bench/build-llama-server.sh builds one)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw per-prompt speed ratios and acceptance by draft position (needs matplotlib)",
     )
     p.add_argument(
         "--no-exactness", action="store_true", help="skip the teacher-forced exactness check"
@@ -103,18 +125,38 @@ def _machine() -> str:
     )
 
 
+def _valid_llama_server(mode: str) -> bool:
+    if not is_llama_server_mode(mode):
+        return False
+    try:
+        spec_type(mode)
+    except ValueError:
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     if args.replay:
         return _run_replay(args)
     if args.suite == "editor":
         return _run_editor(args)
     modes = list(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))
-    unknown = [m for m in modes if m not in MODES and not _valid_ablation(m)]
+    unknown = [
+        m for m in modes if m not in MODES and not _valid_ablation(m) and not _valid_llama_server(m)
+    ]
     if unknown or not modes:
         raise UserError(
-            f"unknown mode(s) {', '.join(unknown) or '(none)'}; use {','.join(MODES)} "
-            f"or structspec:SOURCE+SOURCE with sources from {', '.join(SOURCE_NAMES)}, all"
+            f"unknown mode(s) {', '.join(unknown) or '(none)'}; use {','.join(MODES)}, "
+            f"structspec:SOURCE+SOURCE with sources from {', '.join(SOURCE_NAMES)}, all, "
+            f"or llama-server[:TYPE] with TYPE from {', '.join(SPEC_TYPES)}"
         )
+    server_modes = [m for m in modes if is_llama_server_mode(m)]
+    if server_modes and not args.llama_server:
+        raise UserError(f"{', '.join(server_modes)} need --llama-server PATH")
+    if args.llama_server and not os.access(args.llama_server, os.X_OK):
+        raise UserError(f"--llama-server {args.llama_server}: not an executable file")
+    if args.plot:
+        _check_matplotlib()
     if args.repeat < 1 or args.max_tokens < 1 or (args.limit is not None and args.limit < 1):
         raise UserError("--repeat, --max-tokens and --limit must be positive")
     try:
@@ -139,18 +181,43 @@ def run(args: argparse.Namespace) -> int:
         if names is not None:
             engines[mode] = load_engine(settings, model=model, sources=names)
     pld = None
+    extras = gguf_extras(model)
+    if extras is None and ("pld" in modes or server_modes):
+        first = "pld" if "pld" in modes else server_modes[0]
+        raise UserError(f"the {first} mode needs a GGUF model")
+    path = str(extras.path) if extras is not None else ""
     if "pld" in modes:
-        extras = gguf_extras(model)
-        if extras is None:
-            raise UserError("the pld mode needs a GGUF model")
-        pld = PromptLookupBaseline(str(extras.path), settings.threads, n_ctx=settings.context_size)
+        pld = PromptLookupBaseline(path, settings.threads, n_ctx=settings.context_size)
+    servers: dict[str, LlamaServerBaseline] = {}
+    try:
+        for mode in server_modes:
+            servers[mode] = LlamaServerBaseline(
+                args.llama_server, mode, path, settings.threads, settings.context_size
+            )
+        return _run_suite(args, settings, engines, model, modes, prompts, pld, servers)
+    except LlamaServerError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        for server in servers.values():
+            server.close()
 
+
+def _run_suite(
+    args: argparse.Namespace,
+    settings: Any,
+    engines: dict[str, Any],
+    model: Any,
+    modes: list[str],
+    prompts: list,
+    pld: PromptLookupBaseline | None,
+    servers: dict[str, LlamaServerBaseline],
+) -> int:
     from tqdm import tqdm
 
     runs: list[Run] = []
     baseline_failures: list[str] = []
     prompt_tokens: dict[str, list[int]] = {}
-    exact = {m: Exactness() for m in modes if m != "pld"}
+    exact = {m: Exactness() for m in modes if not is_external_mode(m)}
     bar = tqdm(
         total=len(prompts) * args.repeat * len(modes),
         desc="benchmark",
@@ -171,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
                     except BaselineError as exc:
                         baseline_failures.append(str(exc))
                         print(f"structspec: warning: {exc}", file=sys.stderr)
+                elif mode in servers:
+                    runs.append(servers[mode].run(prompt, tokens, rep, args.max_tokens))
                 else:
                     runs.append(
                         run_engine(engines[mode], prompt, tokens, mode, rep, args.max_tokens)
@@ -195,7 +264,52 @@ def run(args: argparse.Namespace) -> int:
         _write_json(args.json_out, command, prompts, prompt_tokens, runs, summary)
     if args.trace_csv:
         _write_trace(args.trace_csv, runs)
+    if args.plot:
+        _plot(args.plot, runs, summary, modes)
     return 0
+
+
+def _check_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UserError("--plot needs matplotlib: pip install matplotlib") from None
+
+
+def _plot(path: str, runs: list[Run], summary: dict[str, Any], modes: list[str]) -> None:
+    """Per-prompt speed ratio of each mode against each base, and acceptance by position."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5), width_ratios=(3, 2))
+    labels, data = [], []
+    for mode in modes:
+        for base in comparison_bases(modes):
+            ratios = summary["modes"][mode].get(f"ratios_vs_{base}")
+            if base != mode and ratios:
+                labels.append(f"{mode}\nvs {base}")
+                data.append(ratios)
+    if data:
+        left.boxplot(data, showfliers=True)
+        left.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+    left.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    left.set_ylabel("decode tokens/s ratio, per prompt")
+    left.set_title(f"Per-prompt speed ({summary['prompts']} prompts)")
+    for mode in modes:
+        pos = acceptance_by_position([r for r in runs if r.mode == mode])
+        if pos:
+            right.plot([p for p, _, _ in pos], [a for _, _, a in pos], marker="o", label=mode)
+    right.set_xlabel("position in the draft")
+    right.set_ylabel("acceptance")
+    right.set_ylim(0, 1)
+    right.set_title("Acceptance by draft position")
+    if right.get_legend_handles_labels()[0]:
+        right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _fmt(v: Any, nd: int = 2) -> str:
@@ -231,7 +345,6 @@ def _report(
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     n = summary["prompts"]
-    ablations = [b for b in comparison_bases(modes) if b not in ("greedy", "pld")]
     for mode in modes:
         m = summary["modes"][mode]
         per = m.get("ratio_vs_greedy")
@@ -242,23 +355,33 @@ def _report(
             f"{_fmt(m.get('aggregate_vs_greedy'))} | {per_s} | {_fmt(m.get('aggregate_vs_pld'))} | "
             f"{_fmt(m['tokens_per_pass'])} | {_fmt(m['acceptance'])} | {ident} |"
         )
-    if ablations:
+    bases = comparison_bases(modes)
+    if bases:
         lines += [
             "",
-            "## Ablation",
+            "## Against each base",
             "",
-            "| mode | " + " | ".join(f"vs {a}" for a in ablations) + " |",
-            "| --- | " + " | ".join("---" for _ in ablations) + " |",
+            "Decode: tokens/s after the first token, aggregate (per prompt median, min). "
+            "End to end: all tokens over the request's wall clock, prefill included "
+            "(what a client waits for), aggregate.",
+            "",
+            "| mode | " + " | ".join(f"vs {b}" for b in bases) + " |",
+            "| --- | " + " | ".join("---" for _ in bases) + " |",
         ]
         for mode in modes:
             m = summary["modes"][mode]
             cells = []
-            for a in ablations:
-                agg, per = m.get(f"aggregate_vs_{a}"), m.get(f"ratio_vs_{a}")
+            for b in bases:
+                agg, per, e2e = (
+                    m.get(f"aggregate_vs_{b}"),
+                    m.get(f"ratio_vs_{b}"),
+                    m.get(f"e2e_vs_{b}"),
+                )
                 cells.append(
                     "-"
                     if agg is None or per is None
-                    else f"{agg:.2f} (per prompt median {per['median']:.2f}, min {per['min']:.2f})"
+                    else f"decode {agg:.2f} ({per['median']:.2f}, {per['min']:.2f}); "
+                    f"e2e {_fmt(e2e)}"
                 )
             lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     if args.repeat > 1:
