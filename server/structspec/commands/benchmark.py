@@ -11,7 +11,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from structspec.bench.harness import (
     MODES,
@@ -39,6 +39,12 @@ from structspec.commands.common import add_model_arguments, settings_from_args
 from structspec.config import SOURCE_NAMES, resolve_sources
 from structspec.errors import UserError
 from structspec.model.extras import gguf_extras
+
+if TYPE_CHECKING:
+    from structspec.bench.suites import Prompt
+    from structspec.config import Settings
+    from structspec.engine.decode import Engine
+    from structspec.model.base import Model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -204,11 +210,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_suite(
     args: argparse.Namespace,
-    settings: Any,
-    engines: dict[str, Any],
-    model: Any,
+    settings: Settings,
+    engines: dict[str, Engine],
+    model: Model,
     modes: list[str],
-    prompts: list,
+    prompts: list[Prompt],
     pld: PromptLookupBaseline | None,
     servers: dict[str, LlamaServerBaseline],
 ) -> int:
