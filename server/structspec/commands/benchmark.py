@@ -27,7 +27,7 @@ from structspec.bench.harness import (
 )
 from structspec.bench.suites import SuiteError, load_suite
 from structspec.cli import UserError
-from structspec.commands.common import add_model_arguments, settings_from_args
+from structspec.commands.common import add_model_arguments, check_writable, settings_from_args
 from structspec.config import SOURCE_NAMES, resolve_sources
 
 
@@ -96,6 +96,7 @@ def _machine() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_writable(args.json_out, args.trace_csv, args.markdown_out)  # before the run, not after
     if args.suite == "editor":
         return _run_editor(args)
     modes = list(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))

@@ -36,7 +36,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from structspec.http.common import (
+    DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
+    ClientGone,
     error_response,
     http_exception,
     metrics_endpoint,
@@ -143,6 +145,7 @@ class ProxyApp:
         backend: str,
         *,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
         connect_timeout: float = 5.0,
         read_timeout: float = 600.0,
         metrics: Metrics | None = None,
@@ -153,6 +156,7 @@ class ProxyApp:
         if self.backend.endswith("/v1"):
             self.backend = self.backend[: -len("/v1")]
         self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
         self.metrics = metrics or Metrics(mode="proxy", model=self.backend)
         # With a backend key, every request carries it; else a client's own
         # Authorization is relayed unless it is this server's key.
@@ -207,7 +211,7 @@ class ProxyApp:
             except UnicodeDecodeError:
                 raise ApiError(400, "the request path is not UTF-8", code="invalid_path") from None
             path = backend_path(wire)
-            body = await read_body(request, self.max_body_bytes)
+            body = await read_body(request, self.max_body_bytes, self.body_timeout)
             if request.method == "POST":
                 payload = parse_json(body)
                 if isinstance(payload, dict):
@@ -219,6 +223,9 @@ class ProxyApp:
                             body = json.dumps(payload).encode()
         except ApiError as err:
             return self._fail(endpoint, err)
+        except ClientGone:
+            self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
+            return Response(status_code=499)
         outgoing = self.client.build_request(
             request.method,
             path,
@@ -354,6 +361,7 @@ def create_proxy_app(
     backend: str,
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
     read_timeout: float = 600.0,
     relay_authorization: bool = True,
     backend_api_key: str | None = None,
@@ -367,6 +375,7 @@ def create_proxy_app(
     server = ProxyApp(
         backend,
         max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
         read_timeout=read_timeout,
         relay_authorization=relay_authorization,
         backend_api_key=backend_api_key,
