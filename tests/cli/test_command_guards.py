@@ -50,7 +50,10 @@ def _commands() -> dict[str, list[str]]:
     return {
         "run": ["run", "--model", "standin", "--prompt", "ab", "--max-tokens", "2"],
         "serve": ["serve", "--model", "standin", "--port", str(_free_port())],
-        "benchmark": ["benchmark", "--model", "standin", "--suite", "humaneval", "--limit", "1"],
+        "benchmark": [
+            "benchmark", "--model", "standin", "--suite", "humaneval", "--limit", "1",
+            "--modes", "greedy", "--max-tokens", "4",
+        ],  # fmt: skip
     }
 
 

@@ -70,6 +70,8 @@ HOP_BY_HOP = frozenset(
         "content-length",
         "accept-encoding",
         "content-encoding",
+        "date",
+        "server",
         "set-cookie",
     }
 )
@@ -87,8 +89,8 @@ def backend_path(raw_path: str) -> str:
     decoding of it (once, twice, ... until it stops changing), and its NFKC
     form (full-width dots), must be a ``/v1/`` path whose segments are
     neither ``.`` nor ``..`` (nor ``..;x``), with no backslash, no empty
-    segment and no control character. What is sent is the once-decoded path,
-    each segment escaped again: exactly one level of encoding, no dot
+    segment and no control character. What is sent is each segment of the
+    path decoded once and escaped again: exactly one level of encoding, no dot
     segment, so the backend cannot resolve it anywhere outside its ``/v1/``.
     """
     forms = [raw_path]
@@ -115,8 +117,9 @@ def backend_path(raw_path: str) -> str:
                 raise _bad_path(raw_path, "has a '.' or '..' segment")
         if any(seg == "" for seg in segments[2:-1]):
             raise _bad_path(raw_path, "has an empty segment ('//')")
-    once = forms[1] if len(forms) > 1 else forms[0]
-    return "/".join(quote(seg, safe=_SEGMENT_SAFE) for seg in once.split("/"))
+    # Segment by segment, so an encoded slash inside a segment (a model id such as
+    # ``org%2Fname``) stays one segment.
+    return "/".join(quote(unquote(seg), safe=_SEGMENT_SAFE) for seg in raw_path.split("/"))
 
 
 def _bad_path(raw_path: str, why: str) -> ApiError:
@@ -291,7 +294,8 @@ class ProxyApp:
         return Response(content, status_code=status, headers=out_headers)
 
     def _count_usage(self, content: bytes) -> None:
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
+        # A backend may answer without usage (or not in JSON): then nothing is counted.
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
             data: Any = json.loads(content)
             tokens = int(data["usage"]["completion_tokens"])
             self.metrics.observe_proxy_tokens(tokens)

@@ -174,6 +174,7 @@ def config(
         lifespan="on",
         log_level="warning",
         access_log=False,
+        proxy_headers=False,  # X-Forwarded-For is a client's word, not the peer address
         timeout_keep_alive=KEEP_ALIVE_S,
         limit_concurrency=max_connections + 16,  # a backstop: eviction keeps it unreached
         timeout_graceful_shutdown=5,
