@@ -51,8 +51,17 @@ def _commands() -> dict[str, list[str]]:
         "run": ["run", "--model", "standin", "--prompt", "ab", "--max-tokens", "2"],
         "serve": ["serve", "--model", "standin", "--port", str(_free_port())],
         "benchmark": [
-            "benchmark", "--model", "standin", "--suite", "humaneval", "--limit", "1",
-            "--modes", "greedy", "--max-tokens", "4",
+            "benchmark",
+            "--model",
+            "standin",
+            "--suite",
+            "humaneval",
+            "--limit",
+            "1",
+            "--modes",
+            "greedy",
+            "--max-tokens",
+            "4",
         ],  # fmt: skip
     }
 

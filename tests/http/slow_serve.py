@@ -14,8 +14,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import structspec.runtime as runtime  # noqa: E402
 from http_helpers import SlowModel  # noqa: E402
+
+import structspec.runtime as runtime  # noqa: E402
 from structspec.cli import main  # noqa: E402
 
 

@@ -11,6 +11,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -191,26 +193,31 @@ def test_api_key_host_and_content_type(tmp_path: Path) -> None:
         assert httpx.post(url + "/v1/completions", content=body, headers=ok).status_code == 200
         # DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends its own Host.
         auth = "Authorization: Bearer s3cret-key\r\n"
-        for host in ("evil.example", "evil.example:%d" % port, "127.0.0.1.evil.example", "0.0.0.0"):
-            answer = raw_request(port, f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\n{auth}\r\n".encode())
+        for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "0.0.0.0"):
+            answer = raw_request(
+                port, f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\n{auth}\r\n".encode()
+            )
             assert status_of(answer) == 403, host
-        for host in ("127.0.0.1:%d" % port, "localhost:%d" % port, "localhost", "[::1]:%d" % port):
-            answer = raw_request(port, f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\n{auth}\r\n".encode())
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}"):
+            answer = raw_request(
+                port, f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\n{auth}\r\n".encode()
+            )
             assert status_of(answer) == 200, host
         assert metric(url, 'structspec_generations_total{reason="length"}', key) == 1
 
 
 def test_remote_bind_needs_a_key_or_an_explicit_flag(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     env = serve_env(tmp_path)
     cmd = [sys.executable, "-m", "structspec", "serve", "--model", "standin", "--port", "1"]
     for host in ("0.0.0.0", "::", "192.0.2.1"):
-        p = subprocess.run([*cmd, "--host", host], env=env, capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            [*cmd, "--host", host], env=env, capture_output=True, text=True, timeout=60
+        )
         assert p.returncode == 2 and "--allow-unauthenticated" in p.stderr, p.stderr
         assert "Traceback" not in p.stderr
-    p = subprocess.run([*cmd, "--api-key", " "], env=env, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [*cmd, "--api-key", " "], env=env, capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2 and "empty" in p.stderr
 
 
@@ -315,7 +322,7 @@ def test_shutdown_ends_requests_with_json_errors(tmp_path: Path) -> None:
     server = ServeProcess(tmp_path, "--model", "standin", slow=0.01)
     answers: dict[str, Any] = {}
     with server:
-        url, port = server.url, server.port
+        url = server.url
 
         def stream() -> None:
             events = []

@@ -53,7 +53,9 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> LoadedSettings
         raise UserError(bad_flags[0].removeprefix("flag: ").split("; keeping ")[0])
     if loaded.errors:
         problems = "; ".join(_plain_error(e, loaded) for e in loaded.errors)
-        raise UserError(f"refusing to start with bad settings: {problems} (see `structspec config`)")
+        raise UserError(
+            f"refusing to start with bad settings: {problems} (see `structspec config`)"
+        )
     cpus = os.cpu_count() or 1
     if loaded.settings.threads > cpus:
         print(

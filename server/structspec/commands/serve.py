@@ -89,7 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=DEFAULT_HEADER_TIMEOUT_S,
         metavar="S",
-        help=f"seconds a client has to send its request headers (default {DEFAULT_HEADER_TIMEOUT_S:g})",
+        help="seconds a client has to send its request line and headers "
+        f"(default {DEFAULT_HEADER_TIMEOUT_S:g})",
     )
     p.add_argument(
         "--body-timeout",

@@ -38,9 +38,7 @@ def error_response(err: ApiError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
-async def read_body(
-    request: Request, limit: int, timeout: float = DEFAULT_BODY_TIMEOUT_S
-) -> bytes:
+async def read_body(request: Request, limit: int, timeout: float = DEFAULT_BODY_TIMEOUT_S) -> bytes:
     """The request body, refused with 413 as soon as it passes ``limit`` bytes, and
     with 408 when it has not all arrived ``timeout`` seconds after the headers.
 

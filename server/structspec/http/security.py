@@ -99,13 +99,16 @@ class Guard:
                     "localhost or 127.0.0.1",
                     "bad_host",
                 )
-        if self.api_key is not None and path not in OPEN_PATHS:
-            if not bearer_matches(headers.get("authorization"), self.api_key):
-                return _error(
-                    401,
-                    "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                    "invalid_api_key",
-                )
+        if (
+            self.api_key is not None
+            and path not in OPEN_PATHS
+            and not bearer_matches(headers.get("authorization"), self.api_key)
+        ):
+            return _error(
+                401,
+                "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                "invalid_api_key",
+            )
         if method in BODY_METHODS:
             media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
             if media != "application/json":
