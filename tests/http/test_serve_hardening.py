@@ -204,6 +204,12 @@ def test_api_key_host_and_content_type(tmp_path: Path) -> None:
             )
             assert status_of(answer) == 200, host
         assert metric(url, 'structspec_generations_total{reason="length"}', key) == 1
+        status = [sys.executable, "-m", "structspec", "status", "--url", url, "--once", "--json"]
+        p = subprocess.run(status, env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and json.loads(p.stdout)["model"] == "standin"
+        del env["STRUCTSPEC_API_KEY"]
+        p = subprocess.run(status, env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "STRUCTSPEC_API_KEY" in p.stderr
 
 
 def test_remote_bind_needs_a_key_or_an_explicit_flag(tmp_path: Path) -> None:
