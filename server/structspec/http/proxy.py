@@ -1,9 +1,13 @@
 """``structspec serve --backend URL``: a streaming passthrough proxy that adds metrics.
 
-Everything under ``/v1/`` is relayed to the backend (vLLM, llama.cpp's
-server, LM Studio, Ollama, or any OpenAI-compatible server) unchanged, with
-two exceptions made on purpose:
+Plain paths under ``/v1/`` are relayed to the backend (vLLM, llama.cpp's
+server, LM Studio, Ollama, or any OpenAI-compatible server) under the
+backend URL's own path, bodies unchanged, with these exceptions on purpose:
 
+- a path with a ``.``/``..`` segment in any encoding (or a backslash, an empty
+  segment, a control character) is refused with a 400 and never sent
+  (``backend_path``): nothing outside the backend's ``/v1/`` can be reached;
+- only the request headers in ``FORWARDED_HEADERS`` are sent on;
 - a JSON body that does not parse is refused here with a 400 (and a body over
   the limit with a 413), so every backend gives the same clear error;
 - ``"model": "auto"`` is replaced by the backend's first model (what the
