@@ -165,11 +165,15 @@ def run(args: argparse.Namespace) -> int:
     if args.backend and args.model:
         raise UserError("--model and --backend exclude each other (a proxy runs no model)")
     api_key = _key(args.api_key, API_KEY_ENV, f"--api-key / ${API_KEY_ENV}")
-    backend_key = _key(
-        args.backend_api_key, BACKEND_API_KEY_ENV, f"--backend-api-key / ${BACKEND_API_KEY_ENV}"
-    )
-    if backend_key is not None and not args.backend:
+    if args.backend_api_key is not None and not args.backend:
         raise UserError("--backend-api-key needs --backend")
+    backend_key = (
+        _key(
+            args.backend_api_key, BACKEND_API_KEY_ENV, f"--backend-api-key / ${BACKEND_API_KEY_ENV}"
+        )
+        if args.backend
+        else None
+    )
     loopback = is_loopback_host(args.host)
     if not loopback and api_key is None and not args.allow_unauthenticated:
         raise UserError(
