@@ -93,9 +93,8 @@ def check_writable(*paths: str | None) -> None:
         if path.is_dir():
             raise UserError(f"cannot write {path}: it is a directory")
         existed = path.exists()
-        try:
-            with path.open("a", encoding="utf-8"):
-                pass
+        try:  # non-blocking: a FIFO with no reader fails here instead of hanging
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644))
         except OSError as exc:
             raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
         if not existed:
