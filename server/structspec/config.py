@@ -9,8 +9,11 @@ One name per idea. A setting ``max_tokens`` is:
   (section ``structspec``) and in the VS Code setting ``structspec.maxTokens``.
 
 Precedence, lowest first: default, config file, environment, flag (or LSP
-client). A bad value never raises: it is reported in ``errors`` and the value
-from the layer below is kept.
+client). A bad value never raises here: it is reported in ``errors`` and the
+value from the layer below is kept. The language server goes on that way (and
+tells the user); the commands that run the model (``run``, ``serve``,
+``benchmark``) refuse to start instead (``commands.common.settings_from_args``),
+because a typo would otherwise silently drop settings such as ``model``.
 
 The config file is ``$STRUCTSPEC_CONFIG`` if set, else
 ``$XDG_CONFIG_HOME/structspec/config.toml`` (``~/.config/structspec/config.toml``).

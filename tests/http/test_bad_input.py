@@ -240,7 +240,7 @@ def _mixed_requests(url: str, n: int) -> dict[str, int]:
     good = json.dumps({"prompt": "def add(a, b):\n", "max_tokens": 24})
     chat = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16})
     stream = {"prompt": "class A:\n", "max_tokens": 400, "stream": True}
-    with httpx.Client(timeout=30) as c:
+    with httpx.Client(timeout=30, headers={"content-type": "application/json"}) as c:
         for i in range(n):
             kind = i % 10
             if kind in (0, 1):

@@ -35,7 +35,7 @@ from structspec.bench.llama_server import (
     spec_type,
 )
 from structspec.bench.suites import SuiteError, load_suite
-from structspec.commands.common import add_model_arguments, settings_from_args
+from structspec.commands.common import add_model_arguments, check_writable, settings_from_args
 from structspec.config import SOURCE_NAMES, resolve_sources
 from structspec.errors import UserError
 from structspec.model.extras import gguf_extras
@@ -142,6 +142,7 @@ def _valid_llama_server(mode: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_writable(args.json_out, args.trace_csv, args.markdown_out, args.plot)  # before the run
     if args.replay:
         return _run_replay(args)
     if args.suite == "editor":

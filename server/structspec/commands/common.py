@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 from structspec.cli import UserError
@@ -27,7 +30,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace, **extra: Any) -> LoadedSettings:
-    """Settings from config file, environment and the flags in ``args``; bad flags are errors."""
+    """Settings from config file, environment and the flags in ``args``.
+
+    Any problem in any layer (a config file that is not valid TOML, an unknown
+    or bad key in it, a bad ``STRUCTSPEC_*`` value, a bad flag) is a
+    ``UserError``: a command that runs the model must not start on settings
+    other than the ones the user wrote. ``threads`` above the machine's CPU
+    count is accepted with a warning (oversubscribed threads only slow llama.cpp
+    down, they break nothing).
+    """
     flags = {
         "model": getattr(args, "model", None),
         "threads": getattr(args, "threads", None),
@@ -39,5 +50,52 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> LoadedSettings
     loaded = load_settings(flags)
     bad_flags = [e for e in loaded.errors if e.startswith("flag:")]
     if bad_flags:
-        raise UserError(bad_flags[0].removeprefix("flag: "))
+        raise UserError(bad_flags[0].removeprefix("flag: ").split("; keeping ")[0])
+    if loaded.errors:
+        problems = "; ".join(_plain_error(e, loaded) for e in loaded.errors)
+        raise UserError(
+            f"refusing to start with bad settings: {problems} (see `structspec config`)"
+        )
+    cpus = os.cpu_count() or 1
+    if loaded.settings.threads > cpus:
+        print(
+            f"structspec: warning: threads = {loaded.settings.threads} "
+            f"({loaded.origins['threads']}) is more than the {cpus} CPUs of this machine; "
+            "generation will be slower than with at most one thread per CPU",
+            file=sys.stderr,
+        )
     return loaded
+
+
+def _plain_error(error: str, loaded: LoadedSettings) -> str:
+    """A ``load_settings`` error without its note on the fallback (there is none here)."""
+    origin, _, message = error.partition(": ")
+    message = message.split("; keeping ")[0].split("; using defaults")[0]
+    if origin == "file" or message.startswith(str(loaded.path)):
+        where = f"config file {loaded.path}"
+        message = message.removeprefix(f"{loaded.path}: ")
+    else:
+        where = {"env": "environment (STRUCTSPEC_*)"}.get(origin, origin)
+    return f"{where}: {message}"
+
+
+def check_writable(*paths: str | None) -> None:
+    """``UserError`` unless every given output path can be written, before any work.
+
+    Checked by opening each for appending (so an existing file is not
+    truncated) and removing what this check created: what is tested is what
+    the final write will do, on any file system and as any user.
+    """
+    for raw in paths:
+        if not raw:
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            raise UserError(f"cannot write {path}: it is a directory")
+        existed = path.exists()
+        try:  # non-blocking: a FIFO with no reader fails here instead of hanging
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644))
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+        if not existed:
+            path.unlink(missing_ok=True)

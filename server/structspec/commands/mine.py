@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -84,12 +85,14 @@ def iter_files(paths: Sequence[str], exts: Sequence[str], exclude: Sequence[str]
     seen: set[Path] = set()
     for raw in paths:
         root = Path(raw)
-        if root.is_file():
+        if root.is_dir():
+            pass
+        elif root.exists():  # a file, or a FIFO/device that read_code will skip with a word
             if root.resolve() not in seen:
                 seen.add(root.resolve())
                 yield root
             continue
-        if not root.is_dir():
+        else:
             raise UserError(f"no such file or directory: {root}")
         for dirpath, dirnames, filenames in os.walk(root):
             rel_dir = os.path.relpath(dirpath, root)
@@ -112,13 +115,50 @@ def iter_files(paths: Sequence[str], exts: Sequence[str], exclude: Sequence[str]
                     yield path
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_regular_file(path: Path, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of a regular file; ``None`` if it is larger.
+
+    Raises ``ValueError`` naming the kind of anything else (FIFO, device,
+    socket, also behind a symlink such as ``x.py -> /dev/zero``): reading one
+    could block forever or never end. The file is opened non-blocking and
+    checked again on the open descriptor, so swapping it for a FIFO between
+    the two checks cannot hang the read either.
+    """
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise ValueError(_kind(mode))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(_kind(mode))
+        data = f.read(limit + 1)
+    return None if len(data) > limit else data
+
+
 def read_code(path: Path) -> str | None:
-    """The text of a code file, or ``None`` for files that are not UTF-8 text or too large."""
+    """The text of a code file, or ``None`` for files that are not UTF-8 text or too large.
+
+    Anything but a regular file is skipped with a warning on stderr.
+    """
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            return None
-        data = path.read_bytes()
+        data = read_regular_file(path, MAX_FILE_BYTES)
+    except ValueError as kind:
+        print(f"structspec: warning: skipping {path}: {kind}", file=sys.stderr)
+        return None
     except OSError:
+        return None
+    if data is None:
         return None
     if b"\0" in data:
         return None

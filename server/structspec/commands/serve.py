@@ -3,25 +3,36 @@
 ``--model`` (or the config file / environment, or the embedded default) serves
 the in-process speculative engine; ``--backend URL`` relays to another
 OpenAI-compatible server and adds metrics; ``--backend auto`` picks the first
-server ``structspec detect`` finds. Binds 127.0.0.1 unless ``--host`` says
-otherwise: the server has no authentication.
+server ``structspec detect`` finds.
+
+Security: binds 127.0.0.1 unless ``--host`` says otherwise, and there only
+answers requests whose Host header names the loopback (DNS rebinding).
+``--api-key KEY`` (or $STRUCTSPEC_API_KEY, which keeps the key out of the
+process list) requires ``Authorization: Bearer KEY`` on every route but
+/health. A non-loopback --host without a key refuses to start unless
+--allow-unauthenticated says so. POSTs must be ``Content-Type:
+application/json``, so no web page can start a generation. Slow and idle
+connections are closed (--header-timeout, --body-timeout, --max-connections).
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import ipaddress
+import os
 import socket
 import sys
 from pathlib import Path
 
 from structspec.cli import UserError
 from structspec.commands.common import add_model_arguments, settings_from_args
-from structspec.http.common import DEFAULT_MAX_BODY_BYTES
+from structspec.http.common import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
+from structspec.http.serving import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+API_KEY_ENV = "STRUCTSPEC_API_KEY"
+BACKEND_API_KEY_ENV = "STRUCTSPEC_BACKEND_API_KEY"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,6 +66,47 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_MAX_BODY_BYTES,
         help=f"largest request body accepted (default {DEFAULT_MAX_BODY_BYTES})",
     )
+    p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help=f"require 'Authorization: Bearer KEY' (default ${API_KEY_ENV}; /health stays open)",
+    )
+    p.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="allow a non-loopback --host without an API key (anyone who reaches the port "
+        "can use the server)",
+    )
+    p.add_argument(
+        "--backend-api-key",
+        metavar="KEY",
+        help=f"with --backend: send 'Authorization: Bearer KEY' to the backend "
+        f"(default ${BACKEND_API_KEY_ENV}); without it, a client's own Authorization header "
+        "is relayed when serve has no --api-key",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        metavar="S",
+        help="seconds a client has to send its request line and headers "
+        f"(default {DEFAULT_HEADER_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds a client has to send its request body (default {DEFAULT_BODY_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="connections open at once; past it the longest-idle one is closed "
+        f"(default {DEFAULT_MAX_CONNECTIONS})",
+    )
     p.add_argument("--greedy", action="store_true", help="plain greedy decoding, no drafts")
     p.set_defaults(func=run)
 
@@ -74,11 +126,29 @@ def _check_port(host: str, port: int) -> None:
             raise UserError(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+def _key(flag: str | None, env: str, name: str) -> str | None:
+    """A key from its flag, else its environment variable; empty is an error."""
+    value = flag if flag is not None else os.environ.get(env)
+    if value is None:
+        return None
+    if not value.strip():
+        raise UserError(f"{name} is empty; give a key or leave it out")
+    if value != value.strip() or any(c.isspace() or not c.isprintable() for c in value):
+        raise UserError(f"{name} must not contain spaces or control characters")
+    return value
+
+
+def _check_limits(args: argparse.Namespace) -> None:
+    if not 1 <= args.max_queue <= 100_000:
+        raise UserError("--max-queue must be between 1 and 100000")
+    if args.max_body_bytes < 1024:
+        raise UserError("--max-body-bytes must be at least 1024")
+    for flag in ("header_timeout", "body_timeout"):
+        value = getattr(args, flag)
+        if not 0.1 <= value <= 3600:
+            raise UserError(f"--{flag.replace('_', '-')} must be between 0.1 and 3600 seconds")
+    if not 1 <= args.max_connections <= 1_000_000:
+        raise UserError("--max-connections must be between 1 and 1000000")
 
 
 def _model_id(spec: str, name: str) -> str:
@@ -88,15 +158,40 @@ def _model_id(spec: str, name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
+    from structspec.http.security import Guard, is_loopback_host
+    from structspec.http.serving import Server, config, fit_fd_limit
 
-    if not 1 <= args.max_queue <= 100_000:
-        raise UserError("--max-queue must be between 1 and 100000")
-    if args.max_body_bytes < 1024:
-        raise UserError("--max-body-bytes must be at least 1024")
+    _check_limits(args)
     if args.backend and args.model:
         raise UserError("--model and --backend exclude each other (a proxy runs no model)")
+    api_key = _key(args.api_key, API_KEY_ENV, f"--api-key / ${API_KEY_ENV}")
+    if args.backend_api_key is not None and not args.backend:
+        raise UserError("--backend-api-key needs --backend")
+    backend_key = (
+        _key(
+            args.backend_api_key, BACKEND_API_KEY_ENV, f"--backend-api-key / ${BACKEND_API_KEY_ENV}"
+        )
+        if args.backend
+        else None
+    )
+    loopback = is_loopback_host(args.host)
+    if not loopback and api_key is None and not args.allow_unauthenticated:
+        raise UserError(
+            f"--host {args.host} is reachable from other machines and there is no API key: "
+            f"set --api-key or ${API_KEY_ENV}, or pass --allow-unauthenticated to serve "
+            "without one"
+        )
+    # Settings are checked in both modes: a broken config file is refused, not ignored.
+    settings = settings_from_args(args, max_tokens=args.max_tokens).settings
     _check_port(args.host, args.port)
+    max_connections = fit_fd_limit(args.max_connections)
+    if max_connections < args.max_connections:
+        print(
+            f"structspec: warning: the open-files limit allows {max_connections} connections, "
+            f"not {args.max_connections}",
+            file=sys.stderr,
+        )
+    on_exit = None
     if args.backend:
         from structspec.http.proxy import create_proxy_app
 
@@ -114,13 +209,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"structspec: backend {found.server} at {backend}", file=sys.stderr)
         elif not backend.startswith(("http://", "https://")):
             raise UserError(f"--backend must be an http(s) URL or 'auto', not {backend!r}")
-        app = create_proxy_app(backend, max_body_bytes=args.max_body_bytes)
+        app = create_proxy_app(
+            backend,
+            max_body_bytes=args.max_body_bytes,
+            body_timeout=args.body_timeout,
+            relay_authorization=api_key is None,
+            backend_api_key=backend_key,
+        )
         what = f"proxy to {backend}"
     else:
         from structspec.http.app import create_app
         from structspec.runtime import load_engine
 
-        settings = settings_from_args(args, max_tokens=args.max_tokens).settings
         engine = load_engine(settings)
         model_id = _model_id(settings.model, engine.model.name)
         app = create_app(
@@ -128,16 +228,19 @@ def run(args: argparse.Namespace) -> int:
             model_id=model_id,
             max_queue=args.max_queue,
             max_body_bytes=args.max_body_bytes,
+            body_timeout=args.body_timeout,
             default_max_tokens=settings.max_tokens,
             speculative=settings.speculative and not args.greedy,
         )
+        on_exit = app.state.server.begin_shutdown
         what = f"model {model_id!r}"
-    if not _is_loopback(args.host):
+    if not loopback and api_key is None:
         print(
-            f"structspec: warning: listening on {args.host}, reachable from other machines; "
-            "the server has no authentication",
+            f"structspec: warning: listening on {args.host}, reachable from other machines, "
+            "with no API key (--allow-unauthenticated)",
             file=sys.stderr,
         )
+    guarded = Guard(app, api_key=api_key, loopback_only=loopback)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(
         f"structspec: serving {what} on http://{host}:{args.port}/v1 "
@@ -145,13 +248,14 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    config = uvicorn.Config(
-        app,
+    auth = "API key required" if api_key else "no API key"
+    print(f"structspec: {auth}; at most {max_connections} connections", file=sys.stderr)
+    server_config = config(
+        guarded,
         host=args.host,
         port=args.port,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=5,
+        header_timeout=args.header_timeout,
+        max_connections=max_connections,
     )
-    uvicorn.Server(config).run()
+    Server(server_config, on_exit=on_exit).run()
     return 0

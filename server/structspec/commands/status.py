@@ -5,12 +5,14 @@ tokens, tokens/s, tokens per verification pass, draft acceptance per source,
 queue depth and latency quantiles (estimated from the histogram buckets, as
 Prometheus' ``histogram_quantile`` does). ``--once`` prints one snapshot
 (``--json`` as JSON) and exits; a server that does not answer is exit status 2.
+A server started with an API key is scraped with ``$STRUCTSPEC_API_KEY``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
@@ -41,10 +43,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def fetch(url: str, timeout: float = 3.0) -> Snapshot:
     """One scrape of ``url``/metrics; ``UserError`` with one line if it fails."""
     target = url.rstrip("/").removesuffix("/v1") + "/metrics"
+    key = os.environ.get("STRUCTSPEC_API_KEY")
+    headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
-        r = httpx.get(target, timeout=timeout)
+        r = httpx.get(target, timeout=timeout, headers=headers)
     except httpx.HTTPError as exc:
         raise UserError(f"cannot reach {target}: {exc or type(exc).__name__}") from None
+    if r.status_code == 401:
+        raise UserError(f"{target} needs the server's API key: set STRUCTSPEC_API_KEY")
     if r.status_code != 200:
         raise UserError(f"{target} answered HTTP {r.status_code}")
     try:

@@ -12,9 +12,17 @@ prompt the model refuses (bad token ids, no FIM tokens, a chat template that
 fails) gets a 4xx before any stream starts, because the handler waits for
 ``started`` before it answers.
 
-Disconnects: while waiting, the handler polls the connection; once streaming,
-Starlette cancels the response when the client goes away. Either way the job's
-cancel flag is set and the engine stops at its next verification pass.
+Disconnects: once the body is read, a watcher task waits for the client's
+``http.disconnect``; the moment it comes, the job's cancel flag is set (the
+engine stops at its next verification pass) and a waiting handler gets a
+``("gone", None)`` event. Once streaming, Starlette cancels the response when
+the client goes away, with the same effect. So a client that leaves stops its
+generation whether it asked for a stream or not.
+
+Shutdown (SIGINT/SIGTERM): ``begin_shutdown`` cancels every job at once; a
+request whose generation was stopped gets a 503 JSON error, a stream gets a
+final error event and ``data: [DONE]``, never a plain-text 500 or a stream that
+just stops.
 """
 
 from __future__ import annotations
@@ -35,7 +43,9 @@ from starlette.routing import Route
 from structspec.engine.decode import Engine, EngineError, GenerationOptions, GenerationResult
 from structspec.http.chat import TemplateError, chat_prompt, model_chat_template
 from structspec.http.common import (
+    DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
+    ClientGone,
     error_response,
     http_exception,
     metrics_endpoint,
@@ -56,14 +66,8 @@ from structspec.model.base import Model
 #: Model names every in-process server also answers to ("auto" is what the
 #: original structspec's examples send).
 MODEL_ALIASES = ("auto", "default")
-#: How often a waiting handler checks whether its client is still there.
-POLL_S = 0.25
 
 Event = tuple[str, Any]
-
-
-class ClientGone(Exception):
-    """The client closed the connection while its request waited."""
 
 
 def _tokenize(model: Model, text: str, *, add_bos: bool, special: bool) -> list[int]:
@@ -86,6 +90,7 @@ class EngineApp:
         model_id: str,
         max_queue: int = 32,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
         default_max_tokens: int = 128,
         speculative: bool = True,
         metrics: Metrics | None = None,
@@ -93,6 +98,8 @@ class EngineApp:
         self.engine = engine
         self.model_id = model_id
         self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
+        self.closing = False
         self.default_max_tokens = default_max_tokens
         self.speculative = speculative
         self.metrics = metrics or Metrics(mode="engine", model=model_id)
@@ -139,7 +146,7 @@ class EngineApp:
 
     def _fail(self, endpoint: str, err: ApiError) -> Response:
         self.metrics.requests.labels(endpoint=endpoint, status=str(err.status)).inc()
-        if err.status == 503:
+        if err.code == "queue_full":
             self.metrics.rejected.labels(reason="queue_full").inc()
         elif err.status == 413:
             self.metrics.rejected.labels(reason="too_large").inc()
@@ -157,7 +164,7 @@ class EngineApp:
         endpoint = "chat" if chat else "completions"
         t0 = time.monotonic()
         try:
-            body = parse_json(await read_body(request, self.max_body_bytes))
+            body = parse_json(await read_body(request, self.max_body_bytes, self.body_timeout))
             req = parse_request(body, chat=chat)
             if (
                 req.model is not None
@@ -168,27 +175,37 @@ class EngineApp:
             job, events = self._submit(req, request)
         except ApiError as err:
             return self._fail(endpoint, err)
+        except ClientGone:
+            self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
+            return Response(status_code=499)
         shape = ResponseShape(chat, self.model_id)
+        watcher = asyncio.create_task(self._watch_disconnect(request, job, events))
         try:
-            kind, payload = await self._wait(request, events, job)
+            kind, payload = await self._wait(events)
             if kind == "error":
                 return self._fail(endpoint, payload)
             if req.stream:
+                # From here Starlette watches the connection for the stream.
+                watcher.cancel()
                 return StreamingResponse(
-                    self._sse(request, req, shape, job, events, endpoint, t0),
+                    self._sse(req, shape, job, events, endpoint, t0),
                     media_type="text/event-stream",
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
                 )
             while kind != "done":
-                kind, payload = await self._wait(request, events, job)
+                kind, payload = await self._wait(events)
                 if kind == "error":
                     return self._fail(endpoint, payload)
+            if self._stopped_by_shutdown(payload):
+                return self._fail(endpoint, self._shutdown_error(payload))
         except ClientGone:
             self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
             return Response(status_code=499)
         except BaseException:
             self.worker.cancel(job)  # the handler itself was cancelled (shutdown): free the model
             raise
+        finally:
+            watcher.cancel()
         result: GenerationResult = payload
         self.metrics.requests.labels(endpoint=endpoint, status="200").inc()
         self.metrics.latency.labels(endpoint=endpoint).observe(time.monotonic() - t0)
@@ -211,8 +228,10 @@ class EngineApp:
         job = Job(
             key,
             self._work(req, post),
-            on_skip=lambda: post(("error", ApiError(503, "the server is shutting down"))),
+            on_skip=lambda: post(("error", self._shutdown_error(None))),
         )
+        if self.closing:
+            raise self._shutdown_error(None)
         try:
             self.worker.submit(job)
         except QueueFull as full:
@@ -316,19 +335,47 @@ class EngineApp:
 
         return work
 
-    async def _wait(self, request: Request, events: asyncio.Queue[Event], job: Job) -> Event:
-        """The next event of ``job``; raises ``ClientGone`` (and cancels) if the client left."""
-        while True:
-            try:
-                return await asyncio.wait_for(events.get(), POLL_S)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    self.worker.cancel(job)
-                    raise ClientGone() from None
+    async def _watch_disconnect(
+        self, request: Request, job: Job, events: asyncio.Queue[Event]
+    ) -> None:
+        """Cancel ``job`` and wake its handler as soon as the client disconnects.
+
+        Runs once the body is read, so the next ASGI message can only be
+        ``http.disconnect`` (uvicorn also sends it once the response is complete,
+        which is harmless: the job is finished by then).
+        """
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        self.worker.cancel(job)
+        events.put_nowait(("gone", None))
+
+    @staticmethod
+    async def _wait(events: asyncio.Queue[Event]) -> Event:
+        """The next event of a job; raises ``ClientGone`` if the client left."""
+        event = await events.get()
+        if event[0] == "gone":
+            raise ClientGone()
+        return event
+
+    def _stopped_by_shutdown(self, result: GenerationResult) -> bool:
+        return self.closing and result.stats.stop_reason == "cancelled"
+
+    def _shutdown_error(self, result: GenerationResult | None) -> ApiError:
+        done = f" after {result.stats.tokens} tokens" if result is not None else ""
+        return ApiError(
+            503,
+            f"the server is shutting down; the generation was stopped{done}",
+            kind="server_error",
+            code="shutting_down",
+        )
+
+    def begin_shutdown(self) -> None:
+        """Stop every job now (the server is exiting); see the module docstring."""
+        self.closing = True
+        self.worker.cancel_all()
 
     async def _sse(
         self,
-        request: Request,
         req: CompletionRequest,
         shape: ResponseShape,
         job: Job,
@@ -351,6 +398,13 @@ class EngineApp:
                             self.metrics.first_token.labels(endpoint=endpoint).observe(
                                 time.monotonic() - t0
                             )
+                elif kind == "gone":
+                    return  # the client left just as the stream began
+                elif kind == "done" and self._stopped_by_shutdown(payload):
+                    status = "503"
+                    yield _sse_data(self._shutdown_error(payload).body())
+                    yield b"data: [DONE]\n\n"
+                    return
                 elif kind == "done":
                     result: GenerationResult = payload
                     reason = finish_reason(result.stats.stop_reason)
@@ -386,6 +440,7 @@ def create_app(
     model_id: str,
     max_queue: int = 32,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
     default_max_tokens: int = 128,
     speculative: bool = True,
 ) -> Starlette:
@@ -395,6 +450,7 @@ def create_app(
         model_id=model_id,
         max_queue=max_queue,
         max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
         default_max_tokens=default_max_tokens,
         speculative=speculative,
     )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from structspec.http.openai_api import ApiError
@@ -14,14 +16,35 @@ from structspec.metrics import CONTENT_TYPE, Metrics
 
 #: Default request body limit: a completion prompt of a large source file fits many times.
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+#: Default time a client has to send its whole request body (4 MB at 70 KB/s).
+DEFAULT_BODY_TIMEOUT_S = 60.0
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its answer was ready."""
+
+
+def log(message: str) -> None:
+    """One line on the server's stderr (client mishaps are not tracebacks)."""
+    print(f"structspec: {message}", file=sys.stderr, flush=True)
+
+
+def peer(request: Request) -> str:
+    client = request.client
+    return f"{client.host}:{client.port}" if client else "a client"
 
 
 def error_response(err: ApiError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it passes ``limit`` bytes."""
+async def read_body(request: Request, limit: int, timeout: float = DEFAULT_BODY_TIMEOUT_S) -> bytes:
+    """The request body, refused with 413 as soon as it passes ``limit`` bytes, and
+    with 408 when it has not all arrived ``timeout`` seconds after the headers.
+
+    A client that goes away mid-upload raises ``ClientGone`` (one log line, no
+    traceback).
+    """
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.strip().isdigit():
@@ -29,10 +52,22 @@ async def read_body(request: Request, limit: int) -> bytes:
         if int(declared) > limit:
             raise _too_large(limit)
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise _too_large(limit)
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise _too_large(limit)
+    except TimeoutError:
+        raise ApiError(
+            408,
+            f"the request body did not arrive within {timeout:g} s",
+            code="request_timeout",
+            headers={"Connection": "close"},
+        ) from None
+    except ClientDisconnect:
+        log(f"{peer(request)} went away while sending its request body ({len(body)} bytes)")
+        raise ClientGone() from None
     return bytes(body)
 
 

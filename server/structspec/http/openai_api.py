@@ -9,7 +9,7 @@ know is ignored (clients send many optional ones). What is supported:
 - ``/v1/chat/completions``: ``messages`` (``system``/``developer``/``user``/
   ``assistant``/``tool`` roles; content a string or a list of text parts);
 - both: ``model``, ``max_tokens`` (chat also ``max_completion_tokens``),
-  ``stop`` (a string or up to 16 strings), ``stream``,
+  ``stop`` (a string or up to 16 strings of at most 1024 characters), ``stream``,
   ``stream_options.include_usage``, ``user``, ``seed`` (ignored: decoding is
   deterministic), ``n`` = 1, ``top_p``/``top_k`` (ignored under greedy).
 - Decoding is greedy only. ``temperature`` must be 0 or absent (absent means
@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from structspec.engine.stats import GenerationStats
+from structspec.engine.stops import MAX_STOP_CHARS, MAX_STOPS
 
-MAX_STOP_STRINGS = 16
+MAX_STOP_STRINGS = MAX_STOPS
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
@@ -140,14 +141,17 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        return (value,) if value else ()
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        if len(value) > MAX_STOP_STRINGS:
-            raise _bad(
-                "stop", f"'stop' may hold at most {MAX_STOP_STRINGS} strings, not {len(value)}"
-            )
-        return tuple(v for v in value if v)
-    raise _bad("stop", "'stop' must be a string or an array of strings")
+        value = [value]
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise _bad("stop", "'stop' must be a string or an array of strings")
+    if len(value) > MAX_STOP_STRINGS:
+        raise _bad("stop", f"'stop' may hold at most {MAX_STOP_STRINGS} strings, not {len(value)}")
+    longest = max((len(v) for v in value), default=0)
+    if longest > MAX_STOP_CHARS:
+        raise _bad(
+            "stop", f"a stop string may have at most {MAX_STOP_CHARS} characters, not {longest}"
+        )
+    return tuple(v for v in value if v)
 
 
 def _content(message: dict[str, Any], index: int) -> str:

@@ -1,9 +1,13 @@
 """``structspec serve --backend URL``: a streaming passthrough proxy that adds metrics.
 
-Everything under ``/v1/`` is relayed to the backend (vLLM, llama.cpp's
-server, LM Studio, Ollama, or any OpenAI-compatible server) unchanged, with
-two exceptions made on purpose:
+Plain paths under ``/v1/`` are relayed to the backend (vLLM, llama.cpp's
+server, LM Studio, Ollama, or any OpenAI-compatible server) under the
+backend URL's own path, bodies unchanged, with these exceptions on purpose:
 
+- a path with a ``.``/``..`` segment in any encoding (or a backslash, an empty
+  segment, a control character) is refused with a 400 and never sent
+  (``backend_path``): nothing outside the backend's ``/v1/`` can be reached;
+- only the request headers in ``FORWARDED_HEADERS`` are sent on;
 - a JSON body that does not parse is refused here with a 400 (and a body over
   the limit with a 413), so every backend gives the same clear error;
 - ``"model": "auto"`` is replaced by the backend's first model (what the
@@ -23,8 +27,10 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import unicodedata
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote, unquote
 
 import httpx
 from starlette.applications import Starlette
@@ -34,7 +40,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from structspec.http.common import (
+    DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
+    ClientGone,
     error_response,
     http_exception,
     metrics_endpoint,
@@ -44,8 +52,14 @@ from structspec.http.common import (
 from structspec.http.openai_api import ApiError
 from structspec.metrics import Metrics
 
-#: Headers that describe one connection, not the message (RFC 9110 7.6.1), plus
-#: the ones httpx/uvicorn recompute.
+#: Request headers relayed to the backend; every other one (cookies, Host,
+#: X-Forwarded-*, hop-by-hop headers) stays here. ``Authorization`` is relayed
+#: only when ``serve`` has no API key of its own (with one, the header carries
+#: that key, which the backend must not see); ``backend_api_key`` replaces it.
+FORWARDED_HEADERS = ("content-type", "accept", "user-agent", "authorization")
+#: Response headers that describe one connection, not the message (RFC 9110
+#: 7.6.1), or that httpx/uvicorn recompute, or that would act on this server's
+#: origin (cookies): not relayed back to the client.
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -60,8 +74,64 @@ HOP_BY_HOP = frozenset(
         "content-length",
         "accept-encoding",
         "content-encoding",
+        "date",
+        "server",
+        "set-cookie",
     }
 )
+#: Percent-decoding rounds a path may need before it stops changing; a path
+#: still changing after this many is refused (nobody encodes an API path 4 times).
+MAX_DECODE_ROUNDS = 4
+#: Characters left unescaped when a checked path segment is sent on.
+_SEGMENT_SAFE = "!$&'()*+,;=:@-._~"
+
+
+def backend_path(raw_path: str) -> str:
+    """The ``/v1/...`` path to send to the backend, or ``ApiError`` 400.
+
+    ``raw_path`` is the path as it came on the wire (percent-encoded). Every
+    decoding of it (once, twice, ... until it stops changing), and its NFKC
+    form (full-width dots), must be a ``/v1/`` path whose segments are
+    neither ``.`` nor ``..`` (nor ``..;x``), with no backslash, no empty
+    segment and no control character. What is sent is each segment of the
+    path decoded once and escaped again: exactly one level of encoding, no dot
+    segment, so the backend cannot resolve it anywhere outside its ``/v1/``.
+    """
+    forms = [raw_path]
+    while len(forms) <= MAX_DECODE_ROUNDS:
+        try:
+            decoded = unquote(forms[-1], errors="strict")
+        except UnicodeDecodeError:
+            raise _bad_path(raw_path, "is not UTF-8 once decoded") from None
+        if decoded == forms[-1]:
+            break
+        forms.append(decoded)
+    else:
+        raise _bad_path(raw_path, "is percent-encoded too many times")
+    for form in [*forms, *(unicodedata.normalize("NFKC", f) for f in forms)]:
+        if "\\" in form:
+            raise _bad_path(raw_path, "contains a backslash")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in form):
+            raise _bad_path(raw_path, "contains a control character")
+        segments = form.split("/")
+        if segments[:2] != ["", "v1"]:
+            raise _bad_path(raw_path, "is not under /v1/")
+        for seg in segments[2:]:
+            if seg.split(";", 1)[0].strip() in (".", ".."):
+                raise _bad_path(raw_path, "has a '.' or '..' segment")
+        if any(seg == "" for seg in segments[2:-1]):
+            raise _bad_path(raw_path, "has an empty segment ('//')")
+    # Segment by segment, so an encoded slash inside a segment (a model id such as
+    # ``org%2Fname``) stays one segment.
+    return "/".join(quote(unquote(seg), safe=_SEGMENT_SAFE) for seg in raw_path.split("/"))
+
+
+def _bad_path(raw_path: str, why: str) -> ApiError:
+    return ApiError(
+        400,
+        f"the path {raw_path[:200]!r} {why}; only plain /v1/ paths are relayed",
+        code="invalid_path",
+    )
 
 
 def _endpoint(path: str) -> str:
@@ -82,19 +152,29 @@ class ProxyApp:
         backend: str,
         *,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
         connect_timeout: float = 5.0,
         read_timeout: float = 600.0,
         metrics: Metrics | None = None,
+        relay_authorization: bool = True,
+        backend_api_key: str | None = None,
     ) -> None:
         self.backend = backend.rstrip("/")
         if self.backend.endswith("/v1"):
             self.backend = self.backend[: -len("/v1")]
         self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
         self.metrics = metrics or Metrics(mode="proxy", model=self.backend)
+        # With a backend key, every request carries it; else a client's own
+        # Authorization is relayed unless it is this server's key.
+        self.relay_authorization = relay_authorization and backend_api_key is None
+        headers = {"accept-encoding": "identity"}  # relay bytes as they come, and read usage
+        if backend_api_key is not None:
+            headers["authorization"] = f"Bearer {backend_api_key}"
         self.client = httpx.AsyncClient(
             base_url=self.backend,
             timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
-            headers={"accept-encoding": "identity"},  # relay bytes as they come, and read usage
+            headers=headers,
         )
         self._auto_model: str | None = None
 
@@ -122,13 +202,23 @@ class ProxyApp:
             ).inc()
         return error_response(err)
 
+    def _forwarded_headers(self, request: Request) -> dict[str, str]:
+        """The request headers the backend sees (see ``FORWARDED_HEADERS``)."""
+        names = FORWARDED_HEADERS if self.relay_authorization else FORWARDED_HEADERS[:-1]
+        return {name: request.headers[name] for name in names if name in request.headers}
+
     async def relay(self, request: Request) -> Response:
-        path = request.url.path
-        endpoint = _endpoint(path)
+        endpoint = _endpoint(request.url.path)
         t0 = time.monotonic()
         stream = False
         try:
-            body = await read_body(request, self.max_body_bytes)
+            raw = request.scope.get("raw_path")
+            try:
+                wire = raw.decode("utf-8") if raw else quote(request.url.path)
+            except UnicodeDecodeError:
+                raise ApiError(400, "the request path is not UTF-8", code="invalid_path") from None
+            path = backend_path(wire)
+            body = await read_body(request, self.max_body_bytes, self.body_timeout)
             if request.method == "POST":
                 payload = parse_json(body)
                 if isinstance(payload, dict):
@@ -140,9 +230,15 @@ class ProxyApp:
                             body = json.dumps(payload).encode()
         except ApiError as err:
             return self._fail(endpoint, err)
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        except ClientGone:
+            self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
+            return Response(status_code=499)
         outgoing = self.client.build_request(
-            request.method, path, params=request.query_params, content=body, headers=headers
+            request.method,
+            path,
+            params=request.query_params,
+            content=body,
+            headers=self._forwarded_headers(request),
         )
         try:
             upstream = await self.client.send(outgoing, stream=True)
@@ -202,7 +298,8 @@ class ProxyApp:
         return Response(content, status_code=status, headers=out_headers)
 
     def _count_usage(self, content: bytes) -> None:
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
+        # A backend may answer without usage (or not in JSON): then nothing is counted.
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
             data: Any = json.loads(content)
             tokens = int(data["usage"]["completion_tokens"])
             self.metrics.observe_proxy_tokens(tokens)
@@ -269,10 +366,28 @@ def _event_tokens(line: bytes) -> tuple[int, int | None]:
 
 
 def create_proxy_app(
-    backend: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, read_timeout: float = 600.0
+    backend: str,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
+    read_timeout: float = 600.0,
+    relay_authorization: bool = True,
+    backend_api_key: str | None = None,
 ) -> Starlette:
-    """A Starlette app relaying ``/v1/*`` to ``backend`` (``app.state.server``: the ProxyApp)."""
-    server = ProxyApp(backend, max_body_bytes=max_body_bytes, read_timeout=read_timeout)
+    """A Starlette app relaying ``/v1/*`` to ``backend`` (``app.state.server``: the ProxyApp).
+
+    ``relay_authorization=False`` keeps the client's ``Authorization`` header
+    here (``serve --api-key``: it holds this server's key); ``backend_api_key``
+    is sent to the backend as ``Authorization: Bearer`` instead.
+    """
+    server = ProxyApp(
+        backend,
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+        read_timeout=read_timeout,
+        relay_authorization=relay_authorization,
+        backend_api_key=backend_api_key,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

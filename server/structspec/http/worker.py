@@ -12,6 +12,12 @@ another. Each job carries a cancel flag that the engine polls between
 verification passes (``Generation(cancelled=...)``): a client that goes away
 frees the model at the next pass; a job cancelled while still waiting never
 runs.
+
+``Retry-After`` on a full queue says when a place is expected to free up,
+not when the whole queue will have drained: a place frees when the running
+job ends (the next waiting job then leaves the queue), so the estimate is the
+running job's expected remaining time, from the measured mean duration of
+recent jobs minus what it has already run.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ class Job:
         self.key = key
         self.work = work
         self.on_skip = on_skip  # called (worker thread) when the job is dropped unrun
-        self.enqueued = time.monotonic()
+        self.enqueued = time.monotonic()  # the worker restamps it with its clock
         self.started: float | None = None
         self._cancel = threading.Event()
 
@@ -63,7 +69,14 @@ class QueueFull(Exception):
 class EngineWorker:
     """A worker thread serving ``Job``s from a bounded, fair queue."""
 
-    def __init__(self, engine: Engine, metrics: Metrics, *, max_queue: int = 32) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        metrics: Metrics,
+        *,
+        max_queue: int = 32,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
         self.engine = engine
@@ -74,7 +87,8 @@ class EngineWorker:
         self._waiting = 0
         self._closing = False
         self._current: Job | None = None
-        # Running mean of job duration, for Retry-After.
+        self._clock = clock
+        # Running mean of job duration, for Retry-After (no job seen yet: 1 s).
         self._mean_s = 1.0
         self._thread = threading.Thread(target=self._loop, name="structspec-engine", daemon=True)
         self._thread.start()
@@ -89,13 +103,20 @@ class EngineWorker:
             if self._closing:
                 raise QueueFull(5)
             if self._waiting >= self.max_queue:
-                # Everyone ahead plus the running job, at the mean duration each.
-                wait = self._mean_s * (self._waiting + 1)
-                raise QueueFull(max(1, min(300, math.ceil(wait))))
+                raise QueueFull(self.retry_after())
+            job.enqueued = self._clock()
             self._queues.setdefault(job.key, deque()).append(job)
             self._waiting += 1
             self.metrics.queue_depth.set(self._waiting)
             self._cond.notify()
+
+    def retry_after(self) -> int:
+        """Whole seconds until a place in the queue is expected to free (1..300)."""
+        current = self._current
+        running = 0.0
+        if current is not None and current.started is not None:
+            running = self._clock() - current.started
+        return max(1, min(300, math.ceil(self._mean_s - running)))
 
     def cancel(self, job: Job) -> None:
         """Cancel ``job``: a waiting one leaves the queue now (its place is free), a
@@ -136,7 +157,7 @@ class EngineWorker:
                     self._cond.wait()
                     job = self._next()
                 self._current = job
-            job.started = time.monotonic()
+            job.started = self._clock()
             self.metrics.queue_wait.observe(job.started - job.enqueued)
             self.metrics.active.inc()
             try:
@@ -145,13 +166,13 @@ class EngineWorker:
                 print(f"structspec: engine job failed: {exc!r}", file=sys.stderr)
             finally:
                 self.metrics.active.dec()
-                took = time.monotonic() - job.started
+                took = self._clock() - job.started
                 with self._cond:
                     self._current = None
                     self._mean_s = 0.8 * self._mean_s + 0.2 * took
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Cancel waiting jobs, let the running one see its cancel flag, stop the thread."""
+    def cancel_all(self) -> None:
+        """Cancel waiting jobs and the running one; accept no more. Does not block."""
         with self._cond:
             self._closing = True
             for jobs in self._queues.values():
@@ -160,4 +181,8 @@ class EngineWorker:
             if self._current is not None:
                 self._current.cancel()
             self._cond.notify_all()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Cancel waiting jobs, let the running one see its cancel flag, stop the thread."""
+        self.cancel_all()
         self._thread.join(timeout)
