@@ -3,12 +3,19 @@
 Settings come from the config file and ``STRUCTSPEC_*`` environment variables
 (see ``structspec.config``), then from the client; ``--model`` and
 ``--threads`` given here win over the client.
+
+``--tcp HOST:PORT`` serves one client at a time (see ``structspec.lsp.transport``)
+and refuses a HOST that is not a loopback address unless ``--allow-remote`` is
+given: LSP has no authentication. Exit code: 0 after ``shutdown`` + ``exit``,
+1 for ``exit`` without ``shutdown`` or a client that vanished, 128+N after
+signal N, 2 for a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -19,6 +26,8 @@ def _host_port(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):  # [::1]:2087
+        host = host[1:-1]
     return host or "127.0.0.1", int(port)
 
 
@@ -32,7 +41,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)"
     )
     mode.add_argument(
-        "--tcp", type=_host_port, metavar="HOST:PORT", help="listen for one client on HOST:PORT"
+        "--tcp",
+        type=_host_port,
+        metavar="HOST:PORT",
+        help="listen on HOST:PORT (a loopback address unless --allow-remote) for one client "
+        "at a time",
+    )
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="let --tcp listen on an address other machines can reach; the protocol has no "
+        "authentication, so anyone who can connect reads and completes your code",
     )
     parser.add_argument(
         "--model",
@@ -47,6 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.tcp:
+        from structspec.lsp.transport import is_loopback
+
+        host, port = args.tcp
+        if not args.allow_remote and not is_loopback(host):
+            print(
+                f"structspec-lsp: refusing to listen on {host}:{port}: it is not a loopback "
+                "address, and the language server has no authentication (whoever connects "
+                "reads the code you edit). Listen on 127.0.0.1 and tunnel (ssh -L), or pass "
+                "--allow-remote on a network you trust.",
+                file=sys.stderr,
+            )
+            return 2
     handlers: list[logging.Handler] = []
     level = logging.WARNING
     if args.log_file:
@@ -76,15 +108,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = build_server(loaded.settings, pinned)
     for error in loaded.errors:
         server.startup_messages.append(("warning", f"structspec: {error}"))
+    from structspec.lsp.transport import serve_stdio, serve_tcp
+
     try:
-        if args.tcp:
-            host, port = args.tcp
-            server.start_tcp(host, port)
+        if args.tcp is None:
+            code = serve_stdio(server)
         else:
-            server.start_io()
+            try:
+                code = serve_tcp(server, *args.tcp)
+            except OSError as exc:  # the address is in use or cannot be bound
+                print(f"structspec-lsp: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+                code = 2
     finally:
         server.service.close()
-    return 0
+    if not server.service.join(timeout=5.0):
+        # The worker is stuck in something that cannot be cancelled (a model file
+        # that never finishes reading): exit anyway, the client asked us to.
+        logging.getLogger("structspec.lsp").warning("the model worker did not stop: exiting")
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":
