@@ -43,26 +43,27 @@ def test_invalid_json_gets_a_parse_error():
         assert no_traceback(client.stderr), client.stderr
 
 
-@pytest.mark.parametrize(
-    ("obj", "answer_id"),
-    [
-        ([1, 2], None),  # a batch: LSP has none
-        ("hello", None),
-        ({"jsonrpc": "1.0", "id": 3, "method": "shutdown"}, 3),
-        ({"id": 4, "method": "shutdown"}, 4),
-        ({"jsonrpc": "2.0", "id": 5, "method": 42}, 5),
-        ({"jsonrpc": "2.0", "id": [6], "method": "shutdown"}, None),
-        ({"jsonrpc": "2.0", "id": 7, "method": "shutdown", "params": "x"}, 7),
-        ({"jsonrpc": "2.0", "nothing": True}, None),
-    ],
-)
-def test_messages_that_are_not_json_rpc_get_invalid_request(obj: object, answer_id: object):
+NOT_JSON_RPC = [
+    ([1, 2], None),  # a batch: LSP has none
+    ("hello", None),
+    ({"jsonrpc": "1.0", "id": 3, "method": "shutdown"}, 3),
+    ({"id": 4, "method": "shutdown"}, 4),
+    ({"jsonrpc": "2.0", "id": 5, "method": 42}, 5),
+    ({"jsonrpc": "2.0", "id": [6], "method": "shutdown"}, None),
+    ({"jsonrpc": "2.0", "id": 7, "method": "shutdown", "params": "x"}, 7),
+    ({"jsonrpc": "2.0", "nothing": True}, None),
+]
+
+
+def test_messages_that_are_not_json_rpc_get_invalid_request():
     with RawClient() as client:
         client.initialize()
-        client.send(obj)
-        answer = client.wait_for(lambda m: "error" in m)
-        assert answer["id"] == answer_id and error_of(answer)[0] == -32600
-        assert client.shutdown_and_exit() == 0  # the bad message shut nothing down
+        for obj, answer_id in NOT_JSON_RPC:
+            seen = len(client.responses())
+            client.send(obj)
+            answer = client.wait_for(lambda m, seen=seen: m in client.responses()[seen:])
+            assert answer["id"] == answer_id and error_of(answer)[0] == -32600, (obj, answer)
+        assert client.shutdown_and_exit() == 0  # none of them shut anything down
 
 
 def test_requests_before_initialize_are_refused_and_notifications_dropped():
@@ -107,32 +108,30 @@ def test_end_of_input_without_shutdown_exits_with_1():
         assert client.wait_exit() == 1
 
 
-@pytest.mark.parametrize("text", [None, 5, ["a"], {"x": 1}])
-def test_did_open_with_text_that_is_not_a_string_is_rejected(text: object):
+def test_did_open_with_text_that_is_not_a_string_is_rejected():
     with RawClient() as client:
         client.initialize()
-        client.open(URI, text)
-        # Not opened (a document reading 'None' would get a suggestion at its end).
-        assert client.response(client.inline(URI, 0, 4))["result"] is None
+        for i, text in enumerate([None, 5, ["a"], {"x": 1}]):
+            uri = f"file:///work/bad{i}.py"
+            client.open(uri, text)
+            # Not opened (a document reading 'None' would get a suggestion at its end).
+            assert client.response(client.inline(uri, 0, 4))["result"] is None, text
         client.open(URI, TEXT)
         assert client.response(client.inline(URI, *END))["result"] is not None
         assert client.shutdown_and_exit() == 0
 
 
-@pytest.mark.parametrize(
-    "params",
-    [
-        {"textDocument": {"uri": None}, "position": {"line": 0, "character": 0}},
-        {"textDocument": {"uri": 5}, "position": {"line": 0, "character": 0}},
-    ],
-)
-def test_request_with_non_string_uri_gets_invalid_params(params: dict):
+def test_requests_with_a_non_string_uri_get_invalid_params():
     with RawClient() as client:
         client.initialize()
-        answer = client.call(
-            "textDocument/inlineCompletion", dict(params, context={"triggerKind": 1})
-        )
-        assert error_of(answer)[0] == -32602
+        for uri in (None, 5):
+            params = {
+                "textDocument": {"uri": uri},
+                "position": {"line": 0, "character": 0},
+                "context": {"triggerKind": 1},
+            }
+            answer = client.call("textDocument/inlineCompletion", params)
+            assert error_of(answer)[0] == -32602
         assert client.shutdown_and_exit() == 0
 
 
