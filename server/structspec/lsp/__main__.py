@@ -16,10 +16,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
 from structspec import __version__
+
+log = logging.getLogger("structspec.lsp")
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -66,50 +69,68 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.tcp:
-        from structspec.lsp.transport import is_loopback
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # SIGINT while starting, before the transport handles it
+        return 128 + signal.SIGINT
 
-        host, port = args.tcp
-        if not args.allow_remote and not is_loopback(host):
-            print(
-                f"structspec-lsp: refusing to listen on {host}:{port}: it is not a loopback "
-                "address, and the language server has no authentication (whoever connects "
-                "reads the code you edit). Listen on 127.0.0.1 and tunnel (ssh -L), or pass "
-                "--allow-remote on a network you trust.",
-                file=sys.stderr,
-            )
-            return 2
-    handlers: list[logging.Handler] = []
-    level = logging.WARNING
-    if args.log_file:
+
+def _refuse_remote(host: str, port: int) -> bool:
+    """Print why a non-loopback ``--tcp`` needs ``--allow-remote``; ``True`` if it does."""
+    from structspec.lsp.transport import is_loopback
+
+    if is_loopback(host):
+        return False
+    print(
+        f"structspec-lsp: refusing to listen on {host}:{port}: it is not a loopback "
+        "address, and the language server has no authentication (whoever connects "
+        "reads the code you edit). Listen on 127.0.0.1 and tunnel (ssh -L), or pass "
+        "--allow-remote on a network you trust.",
+        file=sys.stderr,
+    )
+    return True
+
+
+def _setup_logging(log_file: str | None) -> bool:
+    """Log to ``log_file`` (INFO) or stderr (WARNING); ``False`` if the file cannot be opened."""
+    handler: logging.Handler
+    if log_file:
         try:
-            handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
-            level = logging.INFO
+            handler = logging.FileHandler(log_file, encoding="utf-8")
         except OSError as exc:
             print(f"structspec-lsp: cannot open log file: {exc}", file=sys.stderr)
-            return 2
+            return False
+        level = logging.INFO
     else:
-        handlers.append(logging.StreamHandler(sys.stderr))  # stdout carries the protocol
+        handler = logging.StreamHandler(sys.stderr)  # stdout carries the protocol
+        level = logging.WARNING
     logging.basicConfig(
-        level=level, handlers=handlers, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=level, handlers=[handler], format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     # pygls logs every message body at INFO and warns about routine races (a
     # cancel for a request already answered); keep the log about structspec.
     logging.getLogger("pygls").setLevel(logging.ERROR)
+    return True
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.tcp and not args.allow_remote and _refuse_remote(*args.tcp):
+        return 2
+    if not _setup_logging(args.log_file):
+        return 2
 
     from structspec.config import load_settings
     from structspec.lsp.server import build_server
+    from structspec.lsp.transport import serve_stdio, serve_tcp
 
     flags = {"model": args.model, "threads": args.threads}
     loaded = load_settings(flags)
     for error in loaded.errors:
-        logging.getLogger("structspec.lsp").warning("%s", error)
+        log.warning("%s", error)
     pinned = {k: v for k, v in flags.items() if v is not None}
     server = build_server(loaded.settings, pinned)
     for error in loaded.errors:
         server.startup_messages.append(("warning", f"structspec: {error}"))
-    from structspec.lsp.transport import serve_stdio, serve_tcp
-
     try:
         if args.tcp is None:
             code = serve_stdio(server)
@@ -117,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 code = serve_tcp(server, *args.tcp)
             except OSError as exc:  # the address is in use or cannot be bound
+                host, port = args.tcp
                 print(f"structspec-lsp: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
                 code = 2
     finally:
@@ -124,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not server.service.join(timeout=5.0):
         # The worker is stuck in something that cannot be cancelled (a model file
         # that never finishes reading): exit anyway, the client asked us to.
-        logging.getLogger("structspec.lsp").warning("the model worker did not stop: exiting")
+        log.warning("the model worker did not stop: exiting")
         logging.shutdown()
         sys.stderr.flush()
         os._exit(code)
