@@ -82,17 +82,22 @@ class RawClient:
         assert self.proc is not None and self.proc.stdout is not None
         return self.proc.stdout.read1(n)  # type: ignore[attr-defined]
 
+    def _more(self, buf: bytes) -> bytes | None:
+        """``buf`` and the next chunk; ``None`` (and ``eof`` set) at the end of the stream."""
+        chunk = self._read(65536)
+        if not chunk:
+            with self._cond:
+                self.eof = True
+                self._cond.notify_all()
+            return None
+        return buf + chunk
+
     def _read_frames(self) -> None:
-        buf = b""
-        while True:
+        buf: bytes | None = b""
+        while buf is not None:
             while b"\r\n\r\n" not in buf:
-                chunk = self._read(65536)
-                if not chunk:
-                    with self._cond:
-                        self.eof = True
-                        self._cond.notify_all()
+                if (buf := self._more(buf)) is None:
                     return
-                buf += chunk
             head, _, buf = buf.partition(b"\r\n\r\n")
             length = None
             for line in head.split(b"\r\n"):
@@ -101,13 +106,8 @@ class RawClient:
                     length = int(value)
             assert length is not None, head  # the server must frame correctly
             while len(buf) < length:
-                chunk = self._read(65536)
-                if not chunk:
-                    with self._cond:
-                        self.eof = True
-                        self._cond.notify_all()
+                if (buf := self._more(buf)) is None:
                     return
-                buf += chunk
             body, buf = buf[:length], buf[length:]
             msg = json.loads(body)
             if "method" in msg and "id" in msg:  # a request from the server

@@ -33,6 +33,13 @@ def closed_by_peer(sock: socket.socket, timeout: float = 10.0) -> bool:
         return False
 
 
+def end_session(client: RawClient, proc: subprocess.Popen[bytes]) -> int:
+    """shutdown + exit over ``client``'s connection; the server's exit code."""
+    assert client.call("shutdown")["result"] is None
+    client.notify("exit")
+    return proc.wait(30)
+
+
 @pytest.fixture()
 def server():
     port = free_port()
@@ -59,9 +66,7 @@ def test_connect_and_close_probes_do_not_stop_the_server(server):
         client.initialize()
         client.open(URI, TEXT)
         assert client.response(client.inline(URI, 5, 4))["result"] is not None
-        assert client.call("shutdown")["result"] is None
-        client.notify("exit")
-        assert proc.wait(30) == 0
+        assert end_session(client, proc) == 0
 
 
 def test_a_second_client_cannot_read_or_disturb_the_first(server):
@@ -85,9 +90,7 @@ def test_a_second_client_cannot_read_or_disturb_the_first(server):
         assert closed_by_peer(lurker)
         assert first.response(first.inline(URI, 5, 4))["result"] is not None
         lurker.close()
-        assert first.call("shutdown")["result"] is None
-        first.notify("exit")
-        assert proc.wait(30) == 0
+        assert end_session(first, proc) == 0
 
 
 def test_client_that_leaves_ends_the_server(server):
@@ -97,15 +100,20 @@ def test_client_that_leaves_ends_the_server(server):
     assert proc.wait(30) == 1  # it vanished without shutdown
 
 
-def test_non_loopback_bind_needs_allow_remote():
-    port = free_port()
-    refused = subprocess.run(
-        server_command("--tcp", f"0.0.0.0:{port}", "--model", "standin"),
+def run_to_end(address: str) -> subprocess.CompletedProcess[str]:
+    """``structspec-lsp --tcp address`` expected to stop by itself (a refusal)."""
+    return subprocess.run(
+        server_command("--tcp", address, "--model", "standin"),
         env=server_env(),
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_non_loopback_bind_needs_allow_remote():
+    port = free_port()
+    refused = run_to_end(f"0.0.0.0:{port}")
     assert refused.returncode == 2
     assert "--allow-remote" in refused.stderr and "no authentication" in refused.stderr
     proc = subprocess.Popen(
@@ -117,9 +125,7 @@ def test_non_loopback_bind_needs_allow_remote():
     try:
         with RawClient(sock=connect(port)) as client:
             client.initialize()
-            assert client.call("shutdown")["result"] is None
-            client.notify("exit")
-            assert proc.wait(30) == 0
+            assert end_session(client, proc) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -131,12 +137,6 @@ def test_port_in_use_is_a_clear_error():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            server_command("--tcp", f"127.0.0.1:{port}", "--model", "standin"),
-            env=server_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = run_to_end(f"127.0.0.1:{port}")
     assert result.returncode == 2 and "cannot listen" in result.stderr
     assert no_traceback(result.stderr)
