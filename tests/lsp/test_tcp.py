@@ -140,3 +140,21 @@ def test_port_in_use_is_a_clear_error():
         result = run_to_end(f"127.0.0.1:{port}")
     assert result.returncode == 2 and "cannot listen" in result.stderr
     assert no_traceback(result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.0.2.1", False),
+    ],
+)
+def test_is_loopback(host: str, loopback: bool):
+    from structspec.lsp.transport import is_loopback
+
+    assert is_loopback(host) is loopback
