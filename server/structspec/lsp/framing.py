@@ -35,6 +35,7 @@ MAX_HEADER_LINE = 4096
 CHUNK = 64 * 1024
 
 _HEADER_START = re.compile(rb"content-length[ \t]*:", re.IGNORECASE)
+_SPLIT_HEADER = 64  # bytes kept while seeking: more than any "Content-Length   :" prefix
 _LENGTH = re.compile(rb"[0-9]{1,12}")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 7230 header name
 
@@ -102,28 +103,28 @@ class FrameReader:
         return True
 
     async def _seek_header(self) -> bool:
-        """Drop bytes until the buffer starts with a ``Content-Length`` header."""
+        """Drop bytes until the buffer starts with a ``Content-Length`` header.
+
+        ``False`` at the end of the stream. Blank lines between messages are
+        dropped silently, anything else with a log line.
+        """
         dropped = 0
         while True:
             match = _HEADER_START.search(self._buf)
+            # Without a match, keep a tail that may hold the start of a split header.
+            cut = match.start() if match else max(0, len(self._buf) - _SPLIT_HEADER)
+            if bytes(self._buf[:cut]).strip():
+                dropped += cut
+            del self._buf[:cut]
             if match is not None:
-                dropped += match.start()
-                garbage = bytes(self._buf[: match.start()])
-                del self._buf[: match.start()]
-                if garbage.strip():
-                    log.warning("LSP framing: dropped %d bytes before a header", dropped)
-                return True
-            # Keep a tail that may hold the start of a header split across reads.
-            keep = len(b"content-length") + 64
-            if len(self._buf) > keep:
-                cut = len(self._buf) - keep
-                if bytes(self._buf[:cut]).strip():
-                    dropped += cut
-                del self._buf[:cut]
+                break
             if not await self._more():
-                if bytes(self._buf).strip():
-                    log.warning("LSP framing: %d bytes without a header at the end", dropped)
-                return False
+                dropped += len(self._buf) if bytes(self._buf).strip() else 0
+                self._buf.clear()
+                break
+        if dropped:
+            log.warning("LSP framing: dropped %d bytes that were not a message", dropped)
+        return match is not None
 
     async def _line(self) -> bytes | None:
         """One header line without its line end (CRLF or LF); ``None`` at EOF."""
