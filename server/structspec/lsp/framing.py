@@ -178,8 +178,3 @@ class FrameReader:
 def _show(data: bytes, limit: int = 60) -> str:
     text = repr(data[:limit])
     return text + ("..." if len(data) > limit else "")
-
-
-def encode(body: bytes) -> bytes:
-    """``body`` framed for the wire."""
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
