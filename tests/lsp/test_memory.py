@@ -1,7 +1,8 @@
 """Server memory stays flat over a long editing day: 20,000 document notifications.
 
-pygls kept a future per notification handled by a generator handler (about
-2 KB per edit, forever); this drives a real server process and reads its RSS.
+pygls kept a future per notification handled by a generator handler, forever
+(this test measured +33 MB before the fix, +0.1 MB after); it drives a real
+server process and reads its RSS.
 """
 
 from __future__ import annotations
