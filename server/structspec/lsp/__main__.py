@@ -3,22 +3,34 @@
 Settings come from the config file and ``STRUCTSPEC_*`` environment variables
 (see ``structspec.config``), then from the client; ``--model`` and
 ``--threads`` given here win over the client.
+
+``--tcp HOST:PORT`` serves one client at a time (see ``structspec.lsp.transport``)
+and refuses a HOST that is not a loopback address unless ``--allow-remote`` is
+given: LSP has no authentication. Exit code: 0 after ``shutdown`` + ``exit``,
+1 for ``exit`` without ``shutdown`` or a client that vanished, 128+N after
+signal N, 2 for a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
 from structspec import __version__
+
+log = logging.getLogger("structspec.lsp")
 
 
 def _host_port(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):  # [::1]:2087
+        host = host[1:-1]
     return host or "127.0.0.1", int(port)
 
 
@@ -32,7 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)"
     )
     mode.add_argument(
-        "--tcp", type=_host_port, metavar="HOST:PORT", help="listen for one client on HOST:PORT"
+        "--tcp",
+        type=_host_port,
+        metavar="HOST:PORT",
+        help="listen on HOST:PORT (a loopback address unless --allow-remote) for one client "
+        "at a time",
+    )
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="let --tcp listen on an address other machines can reach; the protocol has no "
+        "authentication, so anyone who can connect reads and completes your code",
     )
     parser.add_argument(
         "--model",
@@ -47,44 +69,88 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers: list[logging.Handler] = []
-    level = logging.WARNING
-    if args.log_file:
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # SIGINT while starting, before the transport handles it
+        return 128 + signal.SIGINT
+
+
+def _refuse_remote(host: str, port: int) -> bool:
+    """Print why a non-loopback ``--tcp`` needs ``--allow-remote``; ``True`` if it does."""
+    from structspec.lsp.transport import is_loopback
+
+    if is_loopback(host):
+        return False
+    print(
+        f"structspec-lsp: refusing to listen on {host}:{port}: it is not a loopback "
+        "address, and the language server has no authentication (whoever connects "
+        "reads the code you edit). Listen on 127.0.0.1 and tunnel (ssh -L), or pass "
+        "--allow-remote on a network you trust.",
+        file=sys.stderr,
+    )
+    return True
+
+
+def _setup_logging(log_file: str | None) -> bool:
+    """Log to ``log_file`` (INFO) or stderr (WARNING); ``False`` if the file cannot be opened."""
+    handler: logging.Handler
+    if log_file:
         try:
-            handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
-            level = logging.INFO
+            handler = logging.FileHandler(log_file, encoding="utf-8")
         except OSError as exc:
             print(f"structspec-lsp: cannot open log file: {exc}", file=sys.stderr)
-            return 2
+            return False
+        level = logging.INFO
     else:
-        handlers.append(logging.StreamHandler(sys.stderr))  # stdout carries the protocol
+        handler = logging.StreamHandler(sys.stderr)  # stdout carries the protocol
+        level = logging.WARNING
     logging.basicConfig(
-        level=level, handlers=handlers, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=level, handlers=[handler], format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     # pygls logs every message body at INFO and warns about routine races (a
     # cancel for a request already answered); keep the log about structspec.
     logging.getLogger("pygls").setLevel(logging.ERROR)
+    return True
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.tcp and not args.allow_remote and _refuse_remote(*args.tcp):
+        return 2
+    if not _setup_logging(args.log_file):
+        return 2
 
     from structspec.config import load_settings
     from structspec.lsp.server import build_server
+    from structspec.lsp.transport import serve_stdio, serve_tcp
 
     flags = {"model": args.model, "threads": args.threads}
     loaded = load_settings(flags)
     for error in loaded.errors:
-        logging.getLogger("structspec.lsp").warning("%s", error)
+        log.warning("%s", error)
     pinned = {k: v for k, v in flags.items() if v is not None}
     server = build_server(loaded.settings, pinned)
     for error in loaded.errors:
         server.startup_messages.append(("warning", f"structspec: {error}"))
     try:
-        if args.tcp:
-            host, port = args.tcp
-            server.start_tcp(host, port)
+        if args.tcp is None:
+            code = serve_stdio(server)
         else:
-            server.start_io()
+            try:
+                code = serve_tcp(server, *args.tcp)
+            except OSError as exc:  # the address is in use or cannot be bound
+                host, port = args.tcp
+                print(f"structspec-lsp: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+                code = 2
     finally:
         server.service.close()
-    return 0
+    if not server.service.join(timeout=5.0):
+        # The worker is stuck in something that cannot be cancelled (a model file
+        # that never finishes reading): exit anyway, the client asked us to.
+        log.warning("the model worker did not stop: exiting")
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

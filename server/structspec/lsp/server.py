@@ -3,16 +3,12 @@
 Each handler fetches what the request names, calls the service and converts
 the result; all completion logic lives in ``structspec.completion``.
 
-Robustness beyond pygls' defaults:
-
-- A request whose parameters do not fit the LSP types (a string where a line
-  number belongs) is answered with ``InvalidParams`` instead of being dropped,
-  so a client never waits forever.
-- Documents are kept only in the service's store (pygls' own workspace copy
-  is bypassed): one copy of a 1 MB buffer, and edits to unknown documents are
-  logged, not raised.
-- Server-side errors are logged (``--log-file``) and sent as
-  ``window/logMessage``, never as a pop-up per failure.
+Robustness: the JSON-RPC side is ``structspec.lsp.protocol`` (parse errors,
+lifecycle, invalid params, no leaked futures), framing and transports are
+``structspec.lsp.framing`` and ``structspec.lsp.transport``. Here: edits to
+unknown documents are logged, not raised; server-side errors are logged
+(``--log-file``) and sent as ``window/logMessage``, never as a pop-up per
+failure.
 
 Settings, lowest precedence first: defaults, config file, environment
 (``structspec.config.load_settings``), ``initializationOptions``, the latest
@@ -23,16 +19,14 @@ value is reported with ``window/showMessage`` and its default is kept.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
-from pygls.protocol.language_server import lsp_method
 
 from structspec import __version__
 from structspec.completion.documents import ENCODINGS, Range, TextChange, UnknownDocument
@@ -45,6 +39,7 @@ from structspec.lsp.convert import (
     inline_completion,
     status_json,
 )
+from structspec.lsp.protocol import StructspecProtocol
 
 log = logging.getLogger(__name__)
 
@@ -54,58 +49,10 @@ STATUS_COMMAND = "structspec.status"
 CLIENT_ONLY_KEYS = frozenset({"trace"})
 
 
-class _BadRequest:
-    """A request whose params could not be structured; answered with an error."""
-
-    def __init__(self, msg_id: Any, method: str, error: JsonRpcException) -> None:
-        self.id = msg_id
-        self.method = method
-        self.error = error
-
-
-class StructspecProtocol(LanguageServerProtocol):
-    """pygls' protocol with the robustness described in the module docstring."""
-
-    def structure_message(self, data: dict[str, Any]) -> Any:
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as exc:
-            if "id" in data and "method" in data:
-                return _BadRequest(data["id"], str(data["method"]), exc)
-            raise
-
-    def handle_message(self, message: Any) -> None:
-        if isinstance(message, _BadRequest):
-            log.warning("invalid params for %s (id %r)", message.method, message.id)
-            self._send_response(message.id, error=message.error.to_response_error())
-            return
-        super().handle_message(message)
-
-    # Document sync: the user handlers (the service's store) only.
-    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
-    def lsp_text_document__did_open(
-        self, params: types.DidOpenTextDocumentParams
-    ) -> Generator[Any, Any, None]:
-        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
-            yield handler, (params,), None
-
-    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(
-        self, params: types.DidChangeTextDocumentParams
-    ) -> Generator[Any, Any, None]:
-        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
-            yield handler, (params,), None
-
-    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
-    def lsp_text_document__did_close(
-        self, params: types.DidCloseTextDocumentParams
-    ) -> Generator[Any, Any, None]:
-        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
-            yield handler, (params,), None
-
-
 class StructspecServer(LanguageServer):
     """The server object: pygls plumbing plus the completion service and settings."""
+
+    protocol: StructspecProtocol
 
     def __init__(self, base: Settings, pinned: Mapping[str, Any] | None = None) -> None:
         super().__init__("structspec-lsp", __version__, protocol_cls=StructspecProtocol)
@@ -123,6 +70,16 @@ class StructspecServer(LanguageServer):
         # the output is closed, and a failed send must not turn into a loop).
         self.closing = False
         self._reporting = False
+        #: Set by ``stop``: the transport ends its loop (``structspec.lsp.transport``).
+        self.stopped = asyncio.Event()
+        self.exit_code: int | None = None
+
+    def stop(self, code: int) -> None:
+        """End the server with exit ``code`` (the first code given wins)."""
+        if self.exit_code is None:
+            self.exit_code = code
+        self.closing = True
+        self.stopped.set()
 
     # -- settings ----------------------------------------------------------
     def effective_settings(self) -> tuple[Settings, list[str]]:
@@ -336,6 +293,7 @@ async def _pull_configuration(ls: StructspecServer) -> None:
     except Exception as exc:  # the client may refuse or fail: keep what we have
         log.info("workspace/configuration failed: %s", exc)
         return
-    values = result[0] if isinstance(result, list) and result else None
-    if values and ls.take_client_values(values, layer="workspace/configuration"):
+    # pygls hands the result over as a tuple; one item per ConfigurationItem.
+    values = result[0] if isinstance(result, (list, tuple)) and result else None
+    if values is not None and ls.take_client_values(values, layer="workspace/configuration"):
         ls.refresh_settings()

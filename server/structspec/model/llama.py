@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -64,6 +65,22 @@ def _init_backend() -> None:
         _llama_backend_ready = True
 
 
+def _read_magic(p: Path) -> bytes:
+    """The first 4 bytes of ``p``, which must be a regular file.
+
+    Opened non-blocking and checked with ``fstat`` on the open descriptor: a
+    FIFO, socket or device would block the open or the read (a FIFO with no
+    writer forever, ``/dev/zero`` never ends), hanging the model load.
+    """
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ModelError(f"model path is not a regular file (a FIFO, socket or device?): {p}")
+        return os.read(fd, 4)
+    finally:
+        os.close(fd)
+
+
 def check_gguf_file(path: str | os.PathLike[str]) -> Path:
     """Return ``path`` if it is a readable GGUF file, else raise ``ModelError`` naming it."""
     p = Path(path).expanduser()
@@ -72,8 +89,7 @@ def check_gguf_file(path: str | os.PathLike[str]) -> Path:
     if p.is_dir():
         raise ModelError(f"model path is a directory, not a GGUF file: {p}")
     try:
-        with p.open("rb") as fh:
-            magic = fh.read(4)
+        magic = _read_magic(p)
     except OSError as exc:
         raise ModelError(f"cannot read model file {p}: {exc.strerror or exc}") from None
     if magic != _GGUF_MAGIC:
