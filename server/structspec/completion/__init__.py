@@ -1,13 +1,13 @@
 """Editor-independent inline completion on top of the engine.
 
-``CompletionService`` (``service``: sessions, debounce, status) keeps the open
-documents (``documents``) and runs each completion on its worker thread
-(``host`` holds the model and engine, ``generate.run_completion`` one
-completion start to end). It builds prompts
-that stay stable while typing (``prompt``), decides between a single line and
-a block and cleans the model's text (``suggest``), serves typed-through
-suggestions from a cache (``cache``), feeds the other open buffers to the
-lookup source (``corpus``) and counts what the user accepts (``stats``). The
+``CompletionService`` (``service``: sessions, debounce, cancellation, status)
+keeps the open documents (``documents``) and runs each completion on its
+worker thread: ``host`` holds the model and engine, ``generate.run_completion``
+runs one completion start to end. Prompts stay stable while typing
+(``prompt``); ``suggest`` decides between a single line and a block and cleans
+the model's text; ``cache`` serves typed-through suggestions; ``corpus`` feeds
+the other open buffers to the sources that read them; ``stats`` counts what the
+user accepts; ``types`` holds the request, suggestion and status values. The
 language server (``structspec.lsp``) is a thin protocol layer over it.
 """
 
