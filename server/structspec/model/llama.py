@@ -148,6 +148,31 @@ class _Margins(Sequence[float]):
         return float(top - second)
 
 
+class _Logits(Sequence[np.ndarray]):
+    """Rows of llama.cpp's logits buffer, read in place (no copy of ``n x n_vocab``).
+
+    Valid until the next decode, like ``_Margins``: a later read raises. The
+    rows handed out are read-only views.
+    """
+
+    def __init__(self, model: LlamaModel, logits: np.ndarray) -> None:
+        self._model = model
+        self._decode_id = model._decode_id
+        self._logits = logits
+
+    def __len__(self) -> int:
+        return len(self._logits)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if self._model._decode_id != self._decode_id:
+            raise RuntimeError("logits of a verification pass read after the next decode")
+        row = self._logits[i].view()
+        row.flags.writeable = False
+        return row
+
+
 class LlamaModel:
     """A GGUF model in one llama.cpp context. See the module docstring."""
 
@@ -379,7 +404,7 @@ class LlamaModel:
     def verify(self, tokens: Sequence[int]) -> Rows:
         n = len(tokens)
         if n == 0:
-            return Rows([], [])
+            return Rows([], [], [])
         if n > self.n_batch:
             raise ModelError(f"cannot verify {n} rows in one pass (n_batch {self.n_batch})")
         start = len(self._slot.tokens)
@@ -387,7 +412,9 @@ class LlamaModel:
         self._slot.tokens.extend(tokens)
         logits = self._rows(n)
         argmax = logits.argmax(axis=1)
-        return Rows([int(a) for a in argmax], _Margins(self, logits, argmax))
+        return Rows(
+            [int(a) for a in argmax], _Margins(self, logits, argmax), _Logits(self, logits)
+        )
 
     def truncate(self, n: int) -> None:
         slot = self._slot
