@@ -94,7 +94,10 @@ _indexes: weakref.WeakKeyDictionary[object, VocabIndex] = weakref.WeakKeyDiction
 
 def vocab_index(model: Model) -> VocabIndex:
     """The model's ``VocabIndex``, built on first use and kept as long as the model."""
-    index = _indexes.get(model)
+    try:
+        index = _indexes.get(model)
+    except TypeError:  # a model object that cannot be weakly referenced: no cache
+        return VocabIndex([model.token_bytes(t) for t in range(model.n_vocab)])
     if index is None:
         index = VocabIndex([model.token_bytes(t) for t in range(model.n_vocab)])
         _indexes[model] = index
