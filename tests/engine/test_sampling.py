@@ -243,6 +243,18 @@ def test_distribution_matches_the_definition_on_a_large_row(s: Sampling) -> None
     assert np.allclose(probs, ref[ids], atol=1e-12)
 
 
+@pytest.mark.parametrize("top_p", [0.3, 0.5, 0.9, 0.999])
+def test_nucleus_widens_its_look_past_a_long_tail(top_p: float) -> None:
+    """One likely token and a tail of 5,000 that each fall under the first look."""
+    logits = np.full(5001, -8.0) + np.random.default_rng(1).normal(0, 0.01, 5001)
+    logits[17] = 0.0
+    s = Sampling(temperature=0.9, top_p=top_p)
+    ids, probs = distribution(logits, s)
+    ref = reference_probs(logits, s)
+    assert set(ids.tolist()) == set(np.flatnonzero(ref).tolist())
+    assert np.allclose(probs, ref[ids], atol=1e-12)
+
+
 def test_distribution_respects_candidates() -> None:
     logits = np.array([5.0, 1.0, 2.0, 3.0, 0.0])
     ids, probs = distribution(logits, Sampling(temperature=1.0), np.array([1, 2, 4]))

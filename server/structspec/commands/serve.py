@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             default_max_tokens=settings.max_tokens,
             speculative=settings.speculative and not args.greedy,
+            token_healing=settings.token_healing,
         )
         what = f"model {model_id!r}"
     if not _is_loopback(args.host):

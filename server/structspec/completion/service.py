@@ -697,6 +697,7 @@ class CompletionService:
             max_tokens=settings.max_tokens,
             stop=("\n",) if mode == LINE else (),
             speculative=settings.speculative,
+            token_healing=settings.token_healing,
         )
         generation = engine.stream(
             prompt.tokens,

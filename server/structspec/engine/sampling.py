@@ -33,10 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: ``top_p`` looks at this many of the most likely tokens first, and widens
-#: the look only when they hold less than ``top_p`` (a full sort of a 262k
-#: vocabulary per row is what this avoids).
-_TOP_P_FIRST_LOOK = 256
+#: ``top_p`` first looks only at tokens within this factor of the most likely
+#: one, and widens the look only when they hold less than ``top_p`` (a full
+#: sort of a 262k vocabulary per row is what this avoids).
+_TOP_P_FIRST_LOOK = 1e-3
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,20 @@ def distribution(
     ``candidates`` (sorted ids) restricts the row first; ``None`` is every token.
     Needs ``sampling.temperature > 0``.
     """
-    ids = np.arange(len(logits)) if candidates is None else np.asarray(candidates)
-    x = np.asarray(logits, dtype=np.float64)[ids]
+    ids, weights = _weights(logits, sampling, candidates)
+    return ids, weights / weights.sum()
+
+
+def _weights(
+    logits: np.ndarray, sampling: Sampling, candidates: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ids and unnormalised probabilities of the sampling distribution."""
+    if candidates is None:
+        ids = np.arange(len(logits))
+        x = np.asarray(logits, dtype=np.float64)
+    else:
+        ids = np.asarray(candidates)
+        x = np.asarray(logits, dtype=np.float64)[ids]
     if 0 < sampling.top_k < len(x):
         keep = np.sort(np.argpartition(-x, sampling.top_k - 1)[: sampling.top_k])
         ids, x = ids[keep], x[keep]
@@ -81,28 +93,28 @@ def distribution(
         keep = _nucleus(x, sampling.top_p)
         ids, x = ids[keep], x[keep]
     if sampling.min_p > 0 and len(x) > 1:
-        keep = x >= x.max() + math.log(sampling.min_p) if sampling.min_p < 1 else x >= x.max()
+        floor = x.max() + math.log(sampling.min_p) if sampling.min_p < 1 else x.max()
+        keep = np.flatnonzero(x >= floor)
         ids, x = ids[keep], x[keep]
-    z = np.exp((x - x.max()) / sampling.temperature)
-    return ids, z / z.sum()
+    return ids, np.exp((x - x.max()) / sampling.temperature)
 
 
 def _nucleus(x: np.ndarray, top_p: float) -> np.ndarray:
     """Sorted positions of the fewest largest ``x`` whose softmax mass reaches ``top_p``."""
     z = np.exp(x - x.max())
-    p = z / z.sum()
-    look = _TOP_P_FIRST_LOOK
-    while True:
-        if look >= len(p):
-            top = np.argsort(-p, kind="stable")
-        else:
-            part = np.argpartition(-p, look - 1)[:look]
-            top = part[np.argsort(-p[part], kind="stable")]
-        mass = np.cumsum(p[top])
-        if mass[-1] >= top_p or look >= len(p):
-            n = min(int(np.searchsorted(mass, top_p)) + 1, len(top))
-            return np.sort(top[:n])
-        look *= 8
+    need = top_p * z.sum()
+    look = np.flatnonzero(z >= _TOP_P_FIRST_LOOK)
+    size = len(look)
+    while z[look].sum() < need and size < len(z):
+        # Widen to the ``size`` likeliest (a partition, not a sort, of the row).
+        size = min(len(z), max(256, size * 8))
+        look = np.argpartition(-z, size - 1)[:size] if size < len(z) else np.arange(len(z))
+    # Every token inside the look is at least as likely as every token outside it,
+    # so once the look holds ``top_p`` of the mass the nucleus lies within it.
+    top = look[np.argsort(-z[look], kind="stable")]
+    mass = np.cumsum(z[top])
+    n = min(int(np.searchsorted(mass, need)) + 1, len(top))
+    return np.sort(top[:n])
 
 
 class Sampler:
@@ -110,7 +122,8 @@ class Sampler:
 
     def __init__(self, sampling: Sampling) -> None:
         self.sampling = sampling
-        self._rng = np.random.default_rng(sampling.seed)
+        seed = None if sampling.seed is None else sampling.seed % (1 << 64)  # OpenAI's are signed
+        self._rng = np.random.default_rng(seed)
         self._u: list[float] = []
 
     def uniform(self, position: int) -> float:
@@ -125,7 +138,7 @@ class Sampler:
             if candidates is None:
                 return int(np.argmax(logits))
             return int(candidates[int(np.argmax(logits[candidates]))])
-        ids, probs = distribution(logits, self.sampling, candidates)
-        cdf = np.cumsum(probs)
+        ids, weights = _weights(logits, self.sampling, candidates)
+        cdf = np.cumsum(weights)
         i = int(np.searchsorted(cdf, self.uniform(position) * cdf[-1], side="right"))
         return int(ids[min(i, len(ids) - 1)])

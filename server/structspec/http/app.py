@@ -88,6 +88,7 @@ class EngineApp:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         default_max_tokens: int = 128,
         speculative: bool = True,
+        token_healing: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
         self.engine = engine
@@ -95,6 +96,7 @@ class EngineApp:
         self.max_body_bytes = max_body_bytes
         self.default_max_tokens = default_max_tokens
         self.speculative = speculative
+        self.token_healing = token_healing
         self.metrics = metrics or Metrics(mode="engine", model=model_id)
         self.template = model_chat_template(engine.model)
         self.worker = EngineWorker(engine, self.metrics, max_queue=max_queue)
@@ -276,6 +278,8 @@ class EngineApp:
                     max_tokens=req.max_tokens or self.default_max_tokens,
                     stop=tuple(dict.fromkeys(req.stop + extra_stop)),
                     speculative=self.speculative,
+                    token_healing=self.token_healing and req.heals,
+                    **req.sampling(),
                 )
                 gen = engine.stream(tokens, options, cancelled=lambda: job.cancelled)
             except ApiError as err:
@@ -388,6 +392,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     default_max_tokens: int = 128,
     speculative: bool = True,
+    token_healing: bool = True,
 ) -> Starlette:
     """A Starlette app serving ``engine``; ``app.state.server`` is the ``EngineApp``."""
     server = EngineApp(
@@ -397,6 +402,7 @@ def create_app(
         max_body_bytes=max_body_bytes,
         default_max_tokens=default_max_tokens,
         speculative=speculative,
+        token_healing=token_healing,
     )
 
     @contextlib.asynccontextmanager
