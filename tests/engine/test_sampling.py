@@ -134,7 +134,9 @@ CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("s", CONFIGS, ids=lambda s: f"T{s.temperature}k{s.top_k}p{s.top_p}m{s.min_p}")
+@pytest.mark.parametrize(
+    "s", CONFIGS, ids=lambda s: f"T{s.temperature}k{s.top_k}p{s.top_p}m{s.min_p}"
+)
 def test_speculative_sampling_has_the_exact_distribution(s: Sampling) -> None:
     model = StandInModel(seed=3, order=2, alphabet=ALPHABET, eos_bias=-0.5)
     prompt = model.tokenize("ab c")

@@ -44,6 +44,7 @@ from structspec.completion.stats import AcceptanceStats
 from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean, cut_block
 from structspec.config import Settings
 from structspec.engine.decode import Engine, EngineError, GenerationOptions
+from structspec.engine.healing import vocab_index
 from structspec.engine.stats import GenerationStats
 from structspec.model.base import Model, ModelError
 from structspec.syntax.domains import detect_language
@@ -578,7 +579,9 @@ class CompletionService:
         if self._closed:
             return None
         try:
-            self._engine_for(settings)
+            engine = self._engine_for(settings)
+            if settings.token_healing:
+                vocab_index(engine.model)  # built once per model: no request pays for it
         except ModelError as exc:
             return str(exc)
         except Exception as exc:  # a bug must not leave the state "busy" forever

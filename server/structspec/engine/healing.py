@@ -59,12 +59,9 @@ class VocabIndex:
     """
 
     def __init__(self, pieces: Sequence[bytes]) -> None:
-        order = sorted((p, i) for i, p in enumerate(pieces) if p)
-        self._keys = [p for p, _ in order]
-        self._ids = np.fromiter((i for _, i in order), dtype=np.int64, count=len(order))
-        self._exact: dict[bytes, list[int]] = {}
-        for p, i in order:
-            self._exact.setdefault(p, []).append(i)
+        order = sorted((i for i, p in enumerate(pieces) if p), key=pieces.__getitem__)
+        self._keys = [pieces[i] for i in order]
+        self._ids = np.array(order, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -86,7 +83,13 @@ class VocabIndex:
         return hi > lo and len(self._keys[hi - 1]) > len(prefix)
 
     def exact(self, piece: bytes) -> list[int]:
-        return self._exact.get(piece, [])
+        if not piece:
+            return []
+        lo = bisect_left(self._keys, piece)
+        hi = lo
+        while hi < len(self._keys) and self._keys[hi] == piece:
+            hi += 1
+        return self._ids[lo:hi].tolist()
 
 
 _indexes: weakref.WeakKeyDictionary[object, VocabIndex] = weakref.WeakKeyDictionary()

@@ -412,9 +412,7 @@ class LlamaModel:
         self._slot.tokens.extend(tokens)
         logits = self._rows(n)
         argmax = logits.argmax(axis=1)
-        return Rows(
-            [int(a) for a in argmax], _Margins(self, logits, argmax), _Logits(self, logits)
-        )
+        return Rows([int(a) for a in argmax], _Margins(self, logits, argmax), _Logits(self, logits))
 
     def truncate(self, n: int) -> None:
         slot = self._slot
