@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from structspec.drafts.base import Draft, DraftContext
-from structspec.engine import CostModel, DraftPlanner, Engine, GenerationOptions
+from structspec.engine import CostModel, DraftPlanner, Engine, EngineError, GenerationOptions
 from structspec.engine.healing import (
     MAX_HEAL_TOKENS,
     Healing,
@@ -65,7 +65,12 @@ class Oracle:
 def reference(model: StandInModel, prompt: list[int], n_removed: int, max_tokens: int):
     """Constrained greedy by brute force over the vocabulary: (tokens, text after the cursor)."""
     removed = b"".join(model.token_bytes(t) for t in prompt[len(prompt) - n_removed :])
-    ctx = prompt[: len(prompt) - n_removed]
+    return constrained_greedy(model, prompt[: len(prompt) - n_removed], removed, max_tokens)
+
+
+def constrained_greedy(model: StandInModel, ctx: list[int], removed: bytes, max_tokens: int):
+    """Greedy after ``ctx``, the output forced to start with ``removed`` (brute force)."""
+    ctx = list(ctx)
     out: list[int] = []
     data = b""
     for _ in range(max_tokens):
@@ -114,6 +119,34 @@ def test_speculative_healing_equals_constrained_greedy(seed, context, word, cut,
     )
     assert spec.tokens == plain.tokens
     assert (spec.text, spec.stop_reason) == (plain.text, plain.stop_reason)
+
+
+@pytest.mark.parametrize("cut", range(1, 6))
+@pytest.mark.parametrize("wrong_at", [0, 1, 3])
+def test_healing_at_a_cursor_inside_the_prompt(cut: int, wrong_at: int) -> None:
+    """A fill-in-the-middle layout: the partial word before the suffix moves into the output."""
+    model = model_for(7)
+    prefix = model.tokenize("def f(a):\n    " + "result"[:cut])
+    rest = model.tokenize("\n\n    return a\n\n", add_bos=False)
+    opts = GenerationOptions(max_tokens=16, speculative=False, token_healing=True)
+    plain = Engine(model).generate([*prefix, *rest], opts, cursor=len(prefix))
+    n = plain.stats.healed_tokens
+    assert n >= 1
+    removed = "result"[:cut].encode()
+    assert plain.prompt_tokens == [*prefix[: len(prefix) - n], *rest]
+    tokens, text = constrained_greedy(model, plain.prompt_tokens, removed, 16)
+    assert (plain.tokens, plain.text) == (tokens, text)
+    oracle = Oracle(plain.tokens, len(plain.prompt_tokens), 4, wrong_at)
+    spec = Engine(model, [oracle], always_draft()).generate(
+        [*prefix, *rest], replace(opts, speculative=True), cursor=len(prefix)
+    )
+    assert (spec.tokens, spec.text) == (plain.tokens, plain.text)
+
+
+def test_cursor_outside_the_prompt_is_a_clear_error() -> None:
+    model = model_for(0)
+    with pytest.raises(EngineError, match="cursor"):
+        Engine(model).generate(model.tokenize("ab"), GenerationOptions(4), cursor=9)
 
 
 @pytest.mark.parametrize("cut", range(1, 6))

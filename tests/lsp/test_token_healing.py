@@ -42,3 +42,29 @@ def test_mid_word_request_is_healed_and_starts_at_the_cursor():
 def test_request_after_a_non_word_character_is_not_healed():
     result = suggest("def f(a):\n    x = (")
     assert result is None or (result.stats is not None and result.stats.healed_tokens == 0)
+
+
+def test_fill_in_the_middle_request_is_healed_before_the_suffix():
+    model = StandInModel(seed=5, pieces=PIECES, eos_bias=-3.0, fim=True)
+    svc = CompletionService(
+        Settings(model="standin", debounce_ms=0, max_tokens=12, sources=()),
+        open_model=lambda spec, **kw: model,  # type: ignore[arg-type]
+    )
+    text = "def f(a):\n    x = re\n    return x\n"
+
+    async def scenario():
+        svc.open_document("u", "python", 1, text)
+        return await svc.complete(CompletionRequest("u", 1, len("    x = re")))
+
+    try:
+        result = asyncio.run(scenario())
+    finally:
+        svc.close()
+    assert result is not None and result.stats is not None
+    assert result.stats.healed_tokens == 1
+    fim = model.fim_tokens()
+    assert fim is not None
+    # What the model evaluated: the prefix without "re", then the suffix.
+    cached = list(model.cached_tokens)
+    assert model.detokenize(cached[: cached.index(fim.suffix)]).endswith("x = ")
+    assert model.detokenize(cached[cached.index(fim.suffix) :]).startswith("\n    return x")

@@ -702,12 +702,15 @@ class CompletionService:
             speculative=settings.speculative,
             token_healing=settings.token_healing,
         )
+        fim = model.fim_tokens() if prompt.fim else None
         generation = engine.stream(
             prompt.tokens,
             options,
             corpus=corpus,
             language=job.language or None,
             cancelled=job.cancelled,
+            # Token healing acts where the cursor is: before the suffix in a FIM prompt.
+            cursor=prompt.tokens.index(fim.suffix) if fim and fim.suffix in prompt.tokens else None,
         )
         budget = settings.max_latency_ms / 1000.0
         text = ""

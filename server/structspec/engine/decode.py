@@ -184,8 +184,15 @@ class Engine:
         language: str | None = None,
         cancelled: Callable[[], bool] | None = None,
         sources: Sequence[DraftSource] | None = None,
+        cursor: int | None = None,
     ) -> Generation:
-        """Start a generation; iterate it for one ``Step`` per pass."""
+        """Start a generation; iterate it for one ``Step`` per pass.
+
+        ``cursor``: where in ``prompt_tokens`` the generated text goes, for
+        token healing (default: the end). A fill-in-the-middle prompt
+        (``PRE prefix SUF suffix MID``) passes the index of ``SUF``: the partial
+        word at the end of the prefix moves into the generated middle.
+        """
         self._generation += 1
         return Generation(
             self,
@@ -196,6 +203,7 @@ class Engine:
             cancelled=cancelled,
             sources=self.sources if sources is None else list(sources),
             generation=self._generation,
+            cursor=cursor,
         )
 
 
@@ -217,6 +225,7 @@ class Generation:
         cancelled: Callable[[], bool] | None,
         sources: Sequence[DraftSource],
         generation: int,
+        cursor: int | None = None,
     ) -> None:
         model = engine.model
         bos = model.bos_token()
@@ -228,11 +237,15 @@ class Generation:
             sampling = options.sampling()
         except ValueError as exc:
             raise EngineError(str(exc)) from None
+        end = len(prompt_tokens) if cursor is None else cursor
+        if not 0 <= end <= len(prompt_tokens):
+            raise EngineError(f"cursor {cursor} is outside the prompt of {len(prompt_tokens)}")
         self.healing: Healing | None = (
-            plan_healing(prompt_tokens, model) if options.token_healing else None
+            plan_healing(prompt_tokens[:end], model) if options.token_healing else None
         )
         if self.healing is not None:
-            prompt_tokens = prompt_tokens[: len(prompt_tokens) - self.healing.n_tokens]
+            start = end - self.healing.n_tokens
+            prompt_tokens = [*prompt_tokens[:start], *prompt_tokens[end:]]
         #: Bytes of ``healing.removed`` the output has reproduced (they are not emitted).
         self.healed = 0
         prompt, dropped, max_tokens = fit_prompt(

@@ -3,7 +3,8 @@
 Its vocabulary is a small character alphabet plus BOS and EOS, so text goes
 through it like through a real tokenizer (one token per character), optionally
 with multi-character ``pieces`` (tokenized longest match first, as a BPE
-vocabulary would give words that span several characters). The logits
+vocabulary would give words that span several characters), and optionally
+with fill-in-the-middle control tokens (``fim=True``). The logits
 of a row are a pure function of the last ``order`` tokens:
 
     logits(c) = sum_{j=1..order} W_j[c[-j]]        (W_j: seeded n_vocab x n_vocab)
@@ -39,12 +40,16 @@ class StandInModel:
         eos_bias: float = 0.0,
         temperature_scale: float = 1.0,
         pieces: Sequence[str] = (),
+        fim: bool = False,
     ) -> None:
         self.name = f"stand-in(seed={seed},order={order})"
         self.alphabet = alphabet
         self.pieces = [p for p in dict.fromkeys(pieces) if len(p) > 1]
         self._texts = [*alphabet, *self.pieces]
-        self.n_vocab = len(self._texts) + 2
+        n_text = len(self._texts) + 2
+        # Fill-in-the-middle control tokens (no text), after every text token.
+        self._fim = FimTokens(n_text, n_text + 1, n_text + 2) if fim else None
+        self.n_vocab = n_text + (3 if fim else 0)
         self.n_ctx = n_ctx
         self.order = order
         rng = np.random.default_rng(seed)
@@ -73,7 +78,7 @@ class StandInModel:
         return [BOS, *ids] if add_bos else ids
 
     def token_bytes(self, token: int) -> bytes:
-        if token < 2 or token >= self.n_vocab:
+        if not 2 <= token < len(self._texts) + 2:
             return b""
         return self._texts[token - 2].encode()
 
@@ -87,7 +92,7 @@ class StandInModel:
         return BOS
 
     def fim_tokens(self) -> FimTokens | None:
-        return None
+        return self._fim
 
     # -- KV cache ----------------------------------------------------------
     @property
