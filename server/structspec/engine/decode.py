@@ -367,6 +367,9 @@ class Generation:
         """
         healing, done = self.healing, self.healed
         greedy = self.sampler.sampling.greedy
+        if greedy and (healing is None or not healing.active(done)):
+            m = accepted_length(draft, rows.argmax)  # plain greedy: no logits read
+            return [*draft[:m], rows.argmax[m]]
         position = len(self.output)
         chosen: list[int] = []
         for i in range(len(draft) + 1):
