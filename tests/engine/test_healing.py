@@ -27,6 +27,7 @@ from structspec.engine.healing import (
     trailing_word_bytes,
     vocab_index,
 )
+from structspec.engine.sampling import Sampling
 from structspec.model.standin import BOS, EOS, StandInModel
 
 PIECES = ("return", "ret", "re", "result", "res", "ult", "urn", "value", "val", "self", "print")
@@ -319,7 +320,7 @@ def test_sampling_composes_with_healing() -> None:
     model = model_for(5)
     prompt = model.tokenize("if a:\n        re")
     for seed in range(30):
-        opts = GenerationOptions(10, token_healing=True, temperature=1.5, seed=seed)
+        opts = GenerationOptions(10, token_healing=True, sampling=Sampling(1.5, seed=seed))
         plain = Engine(model).generate(prompt, replace(opts, speculative=False))
         assert model.detokenize(plain.tokens).startswith("re")
         oracle = Oracle(plain.tokens, len(plain.prompt_tokens), 3, seed % 4)

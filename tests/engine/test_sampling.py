@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from structspec.drafts.base import Draft, DraftContext
-from structspec.engine import CostModel, DraftPlanner, Engine, EngineError, GenerationOptions
+from structspec.engine import CostModel, DraftPlanner, Engine, GenerationOptions
 from structspec.engine.sampling import Sampling, distribution
 from structspec.model.standin import EOS, StandInModel
 
@@ -145,14 +146,7 @@ def test_speculative_sampling_has_the_exact_distribution(s: Sampling) -> None:
     counts: Counter = Counter()
     drafted = accepted = 0
     for seed in range(n_samples):
-        opts = GenerationOptions(
-            max_tokens=n_tokens,
-            temperature=s.temperature,
-            top_k=s.top_k,
-            top_p=s.top_p,
-            min_p=s.min_p,
-            seed=seed,
-        )
+        opts = GenerationOptions(max_tokens=n_tokens, sampling=replace(s, seed=seed))
         result = engine.generate(prompt, opts)
         counts[tuple(result.tokens)] += 1
         drafted += result.stats.drafted
@@ -169,7 +163,7 @@ def test_chi_square_detects_a_wrong_distribution() -> None:
     prompt = model.tokenize("ab c")
     engine = Engine(model)
     counts: Counter = Counter(
-        tuple(engine.generate(prompt, GenerationOptions(3, temperature=1.4, seed=i)).tokens)
+        tuple(engine.generate(prompt, GenerationOptions(3, sampling=Sampling(1.4, seed=i))).tokens)
         for i in range(2500)
     )
     expected = exact_outputs(model, prompt, 3, Sampling(temperature=1.0))
@@ -177,7 +171,8 @@ def test_chi_square_detects_a_wrong_distribution() -> None:
 
 
 def sample_opts(seed: int, max_tokens: int = 40, **kw: object) -> GenerationOptions:
-    return GenerationOptions(max_tokens, temperature=0.9, top_p=0.95, seed=seed, **kw)  # type: ignore[arg-type]
+    sampling = Sampling(temperature=0.9, top_p=0.95, seed=seed)
+    return GenerationOptions(max_tokens, sampling=sampling, **kw)  # type: ignore[arg-type]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -205,7 +200,9 @@ def test_temperature_zero_is_greedy_whatever_the_truncation() -> None:
     model = StandInModel(seed=2, alphabet="ab(): \n=x", eos_bias=-3.0)
     prompt = model.tokenize("a(b): x = ")
     greedy = Engine(model).generate(prompt, GenerationOptions(40))
-    other = Engine(model).generate(prompt, GenerationOptions(40, top_k=2, top_p=0.5, seed=9))
+    other = Engine(model).generate(
+        prompt, GenerationOptions(40, sampling=Sampling(top_k=2, top_p=0.5, seed=9))
+    )
     assert greedy.tokens == other.tokens
 
 
@@ -220,9 +217,8 @@ def test_temperature_zero_is_greedy_whatever_the_truncation() -> None:
     ],
 )
 def test_bad_sampling_parameters_are_a_clear_error(kw) -> None:
-    model = StandInModel()
-    with pytest.raises(EngineError):
-        Engine(model).generate(model.tokenize("ab"), GenerationOptions(4, **kw))
+    with pytest.raises(ValueError, match=next(iter(kw)) if len(kw) == 1 else list(kw)[1]):
+        Sampling(**kw)
 
 
 @pytest.mark.parametrize(

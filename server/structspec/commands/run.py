@@ -17,6 +17,7 @@ from pathlib import Path
 from structspec.cli import UserError
 from structspec.commands.common import add_model_arguments, settings_from_args
 from structspec.engine.decode import GenerationOptions
+from structspec.engine.sampling import Sampling
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,21 +67,17 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(
         args, max_tokens=args.max_tokens, token_healing=args.token_healing
     ).settings
+    try:
+        sampling = Sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+    except ValueError as exc:  # before the model loads
+        raise UserError(str(exc)) from None
     options = GenerationOptions(
         max_tokens=settings.max_tokens,
         stop=tuple(args.stop),
         speculative=not args.greedy,
         token_healing=settings.token_healing,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        seed=args.seed,
+        sampling=sampling,
     )
-    try:
-        options.sampling()
-    except ValueError as exc:  # before the model loads
-        raise UserError(str(exc)) from None
     engine = load_engine(settings)
     tokens = engine.model.tokenize(prompt)
     gen = engine.stream(tokens, options)

@@ -54,23 +54,16 @@ class GenerationOptions:
     ``speculative=False`` decodes without drafts (the same text, slower).
     ``token_healing``: when the prompt ends mid-word, back it up over the
     partial word and let the model finish it (``healing.py``); the text
-    returned starts at the prompt's end all the same. ``temperature`` 0 is
-    greedy; above 0 the other sampling parameters apply (``sampling.py``).
+    returned starts at the prompt's end all the same. ``sampling``:
+    ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (``sampling.py``;
+    the default, temperature 0, is greedy).
     """
 
     max_tokens: int = 128
     stop: tuple[str, ...] = ()
     speculative: bool = True
     token_healing: bool = False
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
-    seed: int | None = None
-
-    def sampling(self) -> Sampling:
-        """The sampling parameters (``ValueError`` names a bad one)."""
-        return Sampling(self.temperature, self.top_k, self.top_p, self.min_p, self.seed)
+    sampling: Sampling = Sampling()
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,10 +226,6 @@ class Generation:
             if bos is None:
                 raise EngineError("the prompt is empty and the model has no BOS token")
             prompt_tokens = [bos]
-        try:
-            sampling = options.sampling()
-        except ValueError as exc:
-            raise EngineError(str(exc)) from None
         end = len(prompt_tokens) if cursor is None else cursor
         if not 0 <= end <= len(prompt_tokens):
             raise EngineError(f"cursor {cursor} is outside the prompt of {len(prompt_tokens)}")
@@ -253,7 +242,7 @@ class Generation:
         )
         self.engine = engine
         self.options = options
-        self.sampler = Sampler(sampling)
+        self.sampler = Sampler(options.sampling)
         self.max_tokens = max_tokens
         self.prompt = prompt
         self.cancelled = cancelled or (lambda: False)

@@ -41,7 +41,7 @@ _TOP_P_FIRST_LOOK = 1e-3
 
 @dataclass(frozen=True)
 class Sampling:
-    """Sampling parameters (validated: ``ValueError`` names the bad one)."""
+    """Sampling parameters (validated on construction: ``ValueError`` names the bad one)."""
 
     temperature: float = 0.0
     top_k: int = 0

@@ -279,7 +279,7 @@ class EngineApp:
                     stop=tuple(dict.fromkeys(req.stop + extra_stop)),
                     speculative=self.speculative,
                     token_healing=self.token_healing and req.heals,
-                    **req.sampling(),
+                    sampling=req.sampling,
                 )
                 gen = engine.stream(tokens, options, cancelled=lambda: job.cancelled)
             except ApiError as err:

@@ -31,6 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from structspec.engine.sampling import Sampling
 from structspec.engine.stats import GenerationStats
 
 MAX_STOP_STRINGS = 16
@@ -84,26 +85,12 @@ class CompletionRequest:
     stream: bool = False
     include_usage: bool = False
     user: str | None = None
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
-    seed: int | None = None
+    sampling: Sampling = Sampling()
 
     @property
     def heals(self) -> bool:
         """Whether token healing applies: a text prompt continued at its end."""
         return not self.chat and self.prompt is not None and self.suffix is None
-
-    def sampling(self) -> dict[str, Any]:
-        """The sampling fields of ``GenerationOptions``."""
-        return {
-            "temperature": self.temperature,
-            "top_k": self.top_k,
-            "top_p": self.top_p,
-            "min_p": self.min_p,
-            "seed": self.seed,
-        }
 
 
 def _bad(param: str, message: str) -> ApiError:
@@ -246,12 +233,14 @@ def _ranged(body: dict[str, Any], key: str, lo: float, hi: float, default: float
     return value
 
 
-def _sampling(body: dict[str, Any], req: CompletionRequest) -> None:
-    req.temperature = _ranged(body, "temperature", 0.0, 2.0, 0.0)
-    req.top_p = _ranged(body, "top_p", 0.0, 1.0, 1.0)
-    req.min_p = _ranged(body, "min_p", 0.0, 1.0, 0.0)
-    req.top_k = max(0, _int(body, "top_k", -1, 1 << 30) or 0)
-    req.seed = _int(body, "seed", -(1 << 63), (1 << 64) - 1)
+def _sampling(body: dict[str, Any]) -> Sampling:
+    return Sampling(
+        temperature=_ranged(body, "temperature", 0.0, 2.0, 0.0),
+        top_k=max(0, _int(body, "top_k", -1, 1 << 30) or 0),
+        top_p=_ranged(body, "top_p", 0.0, 1.0, 1.0),
+        min_p=_ranged(body, "min_p", 0.0, 1.0, 0.0),
+        seed=_int(body, "seed", -(1 << 63), (1 << 64) - 1),
+    )
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:
@@ -303,7 +292,7 @@ def parse_request(body: Any, *, chat: bool) -> CompletionRequest:
             raise _bad("stream_options", "'stream_options' must be an object")
         req.include_usage = bool(_bool(options, "include_usage"))
     req.user = _str(body, "user")
-    _sampling(body, req)
+    req.sampling = _sampling(body)
     _refuse_unsupported(body)
     return req
 

@@ -118,42 +118,14 @@ class _Slot:
         self.used = 0.0
 
 
-class _Margins(Sequence[float]):
-    """Top-1 minus top-2 logit per row, computed only for the rows asked for.
+class _PassRows(Sequence[Any]):
+    """Per-row values of one verification pass, read from llama.cpp's logits buffer in place.
 
-    Valid until the next decode (it reads llama.cpp's logits buffer in place):
-    a later read raises instead of returning another pass's numbers.
+    Valid until the next decode: a later read raises instead of returning
+    another pass's numbers.
     """
 
-    def __init__(self, model: LlamaModel, logits: np.ndarray, argmax: np.ndarray) -> None:
-        self._model = model
-        self._decode_id = model._decode_id
-        self._logits = logits
-        self._argmax = argmax
-
-    def __len__(self) -> int:
-        return len(self._argmax)
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if self._model._decode_id != self._decode_id:
-            raise RuntimeError("margins of a verification pass read after the next decode")
-        row = self._logits[i]
-        best = int(self._argmax[i])
-        top = row[best]
-        row[best] = -np.inf  # the buffer is ours until the next decode
-        second = row.max()
-        row[best] = top
-        return float(top - second)
-
-
-class _Logits(Sequence[np.ndarray]):
-    """Rows of llama.cpp's logits buffer, read in place (no copy of ``n x n_vocab``).
-
-    Valid until the next decode, like ``_Margins``: a later read raises. The
-    rows handed out are read-only views.
-    """
+    what = "rows"
 
     def __init__(self, model: LlamaModel, logits: np.ndarray) -> None:
         self._model = model
@@ -167,7 +139,38 @@ class _Logits(Sequence[np.ndarray]):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if self._model._decode_id != self._decode_id:
-            raise RuntimeError("logits of a verification pass read after the next decode")
+            raise RuntimeError(f"{self.what} of a verification pass read after the next decode")
+        return self._row(i)
+
+    def _row(self, i: int) -> Any:
+        raise NotImplementedError
+
+
+class _Margins(_PassRows):
+    """Top-1 minus top-2 logit per row, computed only for the rows asked for."""
+
+    what = "margins"
+
+    def __init__(self, model: LlamaModel, logits: np.ndarray, argmax: np.ndarray) -> None:
+        super().__init__(model, logits)
+        self._argmax = argmax
+
+    def _row(self, i: int) -> float:
+        row = self._logits[i]
+        best = int(self._argmax[i])
+        top = row[best]
+        row[best] = -np.inf  # the buffer is ours until the next decode
+        second = row.max()
+        row[best] = top
+        return float(top - second)
+
+
+class _Logits(_PassRows):
+    """Each row's logits as a read-only view (no copy of ``n x n_vocab`` floats)."""
+
+    what = "logits"
+
+    def _row(self, i: int) -> np.ndarray:
         row = self._logits[i].view()
         row.flags.writeable = False
         return row
