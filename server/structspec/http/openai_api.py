@@ -246,14 +246,14 @@ def _sampling(body: dict[str, Any]) -> Sampling:
 def _refuse_unsupported(body: dict[str, Any]) -> None:
     n = _int(body, "n", 1, 128)
     if n not in (None, 1):
-        raise _bad("n", "only n = 1 is supported (greedy decoding gives one answer)")
+        raise _bad("n", "only n = 1 is supported (one answer per request)")
     best_of = _int(body, "best_of", 1, 128)
     if best_of not in (None, 1):
         raise _bad("best_of", "only best_of = 1 is supported")
     for key in ("presence_penalty", "frequency_penalty", "repeat_penalty"):
         value = _number(body, key)
         if value not in (None, 0.0) and not (key == "repeat_penalty" and value == 1.0):
-            raise _bad(key, f"'{key}' is not supported (greedy decoding only); leave it out")
+            raise _bad(key, f"'{key}' is not supported; leave it out")
     if body.get("logit_bias") not in (None, {}):
         raise _bad("logit_bias", "'logit_bias' is not supported; leave it out")
     if body.get("logprobs") not in (None, False, 0):
