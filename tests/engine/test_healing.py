@@ -44,15 +44,26 @@ def always_draft() -> DraftPlanner:
 
 
 class Oracle:
-    """Drafts the true continuation, corrupted at ``wrong_at`` (or random tokens)."""
+    """Drafts the true continuation, corrupted at ``wrong_at``; with ``noise``, random tokens."""
 
     name = "oracle"
 
-    def __init__(self, truth: Sequence[int], n_prompt: int, length: int, wrong_at: int) -> None:
+    def __init__(
+        self,
+        truth: Sequence[int],
+        n_prompt: int,
+        length: int,
+        wrong_at: int,
+        noise: int | None = None,
+    ) -> None:
         self.truth, self.n_prompt = list(truth), n_prompt
         self.length, self.wrong_at = length, wrong_at
+        self.rng = None if noise is None else np.random.default_rng(noise)
 
     def propose(self, ctx: DraftContext) -> Draft | None:
+        if self.rng is not None:
+            tokens = self.rng.integers(1, ctx.model.n_vocab, self.length)
+            return Draft(tuple(int(t) for t in tokens), self.name)
         done = len(ctx.tokens) - self.n_prompt
         draft = (self.truth[done : done + self.length] + [EOS] * self.length)[: self.length]
         if self.wrong_at < len(draft):
@@ -114,12 +125,13 @@ def test_speculative_healing_equals_constrained_greedy(seed, context, word, cut,
     assert plain.tokens == tokens
     assert plain.text == text
     assert plain.prompt_tokens == list(prompt[: len(prompt) - n])
-    oracle = Oracle(plain.tokens, len(prompt) - n, length, wrong_at)
-    spec = Engine(model, [oracle], always_draft()).generate(
-        prompt, GenerationOptions(max_tokens=24, token_healing=True)
-    )
-    assert spec.tokens == plain.tokens
-    assert (spec.text, spec.stop_reason) == (plain.text, plain.stop_reason)
+    for noise in (None, wrong_at):  # the truth corrupted at ``wrong_at``, then random drafts
+        drafts = Oracle(plain.tokens, len(prompt) - n, length, wrong_at, noise)
+        spec = Engine(model, [drafts], always_draft()).generate(
+            prompt, GenerationOptions(max_tokens=24, token_healing=True)
+        )
+        assert spec.tokens == plain.tokens
+        assert (spec.text, spec.stop_reason) == (plain.text, plain.stop_reason)
 
 
 @pytest.mark.parametrize("cut", range(1, 6))
