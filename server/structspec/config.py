@@ -53,6 +53,7 @@ class Settings:
     rules_file: str = ""  # rules mined with `structspec mine`; empty: the packaged default
     prefix_reuse: bool = True
     speculative: bool = True
+    token_healing: bool = True  # finish a partial word at the cursor (engine/healing.py)
 
     def source_names(self) -> tuple[str, ...]:
         """The enabled draft sources, ``all`` expanded."""

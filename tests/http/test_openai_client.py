@@ -109,14 +109,31 @@ def test_auto_model_alias(standin_server: ServerThread) -> None:
 
 def test_refusals_are_clear(standin_server: ServerThread) -> None:
     c = client(standin_server)
-    with pytest.raises(openai.BadRequestError, match="only greedy decoding"):
-        c.completions.create(model="standin", prompt="x", temperature=0.7)
+    with pytest.raises(openai.BadRequestError, match="'temperature' must be between 0 and 2"):
+        c.completions.create(model="standin", prompt="x", temperature=2.5)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         c.completions.create(model="gpt-4o", prompt="x")
     with pytest.raises(openai.BadRequestError, match="fill-in-the-middle"):
         c.completions.create(model="standin", prompt="def f(", suffix="\n")
     with pytest.raises(openai.BadRequestError, match="n = 1"):
         c.completions.create(model="standin", prompt="x", n=2)
+
+
+def test_sampling_with_a_seed_is_reproducible(standin_server: ServerThread) -> None:
+    """``temperature=0.7, top_p=0.9, seed=1``: a completion, twice the same, streamed too."""
+    c = client(standin_server)
+    kw = dict(model="standin", prompt=PROMPTS[3], max_tokens=40, temperature=0.7, top_p=0.9)
+    first = c.completions.create(**kw, seed=1)  # type: ignore[call-overload]
+    again = c.completions.create(**kw, seed=1)  # type: ignore[call-overload]
+    assert first.choices[0].text and first.choices[0].text == again.choices[0].text
+    streamed = c.completions.create(**kw, seed=1, stream=True)  # type: ignore[call-overload]
+    assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == first.choices[0].text
+    texts = {c.completions.create(**kw, seed=s).choices[0].text for s in range(2, 7)}  # type: ignore[call-overload]
+    assert len(texts) > 1  # the seed matters: this is sampling, not greedy
+    chat = dict(model="standin", messages=[{"role": "user", "content": "hi"}], max_tokens=20)
+    a = c.chat.completions.create(**chat, temperature=0.7, top_p=0.9, seed=1)  # type: ignore[call-overload]
+    b = c.chat.completions.create(**chat, temperature=0.7, top_p=0.9, seed=1)  # type: ignore[call-overload]
+    assert a.choices[0].message.content == b.choices[0].message.content
 
 
 def test_sixteen_concurrent_streams_equal_solo() -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 
-from structspec.engine import Engine, GenerationOptions
+from structspec.drafts.lookup import LookupSource
+from structspec.engine import CostModel, DraftPlanner, Engine, GenerationOptions
 from structspec.model.base import ModelError
 from structspec.model.llama import LlamaModel, check_gguf_file, default_model_path
 
@@ -117,3 +121,61 @@ def test_teacher_forced_greedy_output_is_argmax(model):
     checks = model.teacher_forced(tokens, res.tokens)
     assert len(checks) == len(res.tokens)
     assert all(c.gap <= 1.0 for c in checks)  # batch-shape noise only (docs/MEASUREMENTS.md)
+
+
+@pytest.mark.model
+def test_verify_rows_carry_their_logits(model):
+    tokens = model.tokenize("def add(a, b):\n    return a")
+    model.truncate(0)
+    model.prefill(tokens[:-3])
+    rows = model.verify(tokens[-3:])
+    assert len(rows.logits) == 3
+    for i in range(3):
+        row = rows.logits[i]
+        assert row.shape == (model.n_vocab,) and not row.flags.writeable
+        assert int(np.argmax(row)) == rows.argmax[i]
+    margin = rows.margin[1]  # computing a margin leaves the row as it was
+    assert int(np.argmax(rows.logits[1])) == rows.argmax[1] and margin >= 0
+    model.truncate(len(model.cached_tokens) - 1)
+    model.verify([tokens[-1]])
+    with pytest.raises(RuntimeError):
+        rows.logits[0]  # overwritten by the next decode
+
+
+#: HumanEval/2 up to its body: the line to type is ``    return number % 1.0``.
+TRUNCATE_NUMBER = '''def truncate_number(number: float) -> float:
+    """ Given a positive floating point number, it can be decomposed into
+    and integer part (largest integer smaller than given number) and decimals
+    (leftover part always smaller than 1).
+
+    Return the decimal part of the number.
+    >>> truncate_number(3.5)
+    0.5
+    """
+'''
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("typed", ["r", "re", "ret", "retu"])
+def test_partial_word_at_the_cursor_is_finished(model, typed):
+    """Typing ``ret`` where ``return`` goes: without healing the model wrote ``ret = 0``.
+
+    Properties, not text: the suggestion continues the typed word (it starts
+    with a word character), never starts with `` =``, and from ``ret`` on the
+    word is ``return``: measured on this model, the constrained first row puts
+    ``return`` 3.7 logits above the next candidate (``ret``), far beyond the
+    batch-shape noise; after ``r``/``re`` ``result`` is within a logit of it,
+    so only "a longer word" is asserted there.
+    """
+    prompt = model.tokenize(TRUNCATE_NUMBER + "    " + typed)
+    planner = DraftPlanner(CostModel.linear(1.0, 0.0), min_gain=0.0)  # draft whenever possible
+    for engine in (Engine(model), Engine(model, [LookupSource()], planner)):
+        opts = GenerationOptions(12, stop=("\n",), token_healing=True)
+        result = engine.generate(prompt, opts)
+        assert result.stats.healed_tokens >= 1
+        assert re.match(r"\w", result.text), result.text  # the word goes on
+        assert not result.text.startswith(" =")
+        word = typed + re.match(r"\w*", result.text).group()
+        assert model.detokenize(result.tokens).startswith(typed)
+        if len(typed) >= 3:
+            assert word == "return", result.text

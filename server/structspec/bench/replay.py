@@ -33,7 +33,9 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+import numpy as np
 
 from structspec.drafts.base import Draft, DraftContext, DraftSource
 from structspec.engine.control import CostModel
@@ -120,6 +122,23 @@ class Recording:
         return rec
 
 
+class _NoLogits(Sequence[np.ndarray]):
+    """A recording holds each row's argmax and margin, not its logits.
+
+    Greedy decoding never reads them; healing or sampling in a replay would,
+    and must fail loudly rather than replay something the recording lacks.
+    """
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> NoReturn:
+        raise ReplayError("a recording has no logits: replay greedy generations only")
+
+
 class ReplayModel:
     """A ``Model`` that answers ``verify`` from a recorded greedy sequence.
 
@@ -190,7 +209,7 @@ class ReplayModel:
                 argmax.append(-1)
                 margins.append(0.0)
         self._cache.extend(tokens)
-        return Rows(argmax, margins)
+        return Rows(argmax, margins, _NoLogits(len(tokens)))
 
     def truncate(self, n: int) -> None:
         del self._cache[max(0, n) :]

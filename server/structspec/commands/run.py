@@ -1,4 +1,11 @@
-"""``structspec run``: complete a prompt with the speculative engine (or greedy)."""
+"""``structspec run``: complete a prompt with the speculative engine (or greedy).
+
+The prompt's text is continued as is: when it ends mid-word, token healing
+(setting ``token_healing``) lets the model finish the word, and what is printed
+starts where the prompt ends. ``--temperature`` above 0 samples (``--top-k``,
+``--top-p``, ``--min-p``, ``--seed``; see ``engine/sampling.py``); the default
+is greedy.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from pathlib import Path
 from structspec.cli import UserError
 from structspec.commands.common import add_model_arguments, settings_from_args
 from structspec.engine.decode import GenerationOptions
+from structspec.engine.sampling import Sampling
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +28,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_arguments(p)
     p.add_argument("--max-tokens", type=int, help="tokens to generate (default 128)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--greedy", action="store_true", help="plain greedy decoding, no drafts")
+    p.add_argument("--greedy", action="store_true", help="decode without drafts (same text)")
+    p.add_argument(
+        "--token-healing",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="finish a word the prompt ends inside (default: on)",
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="0 (default): greedy; above 0: sample"
+    )
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k most likely (0: off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
+    p.add_argument(
+        "--min-p", type=float, default=0.0, help="drop tokens below min-p x the best (0: off)"
+    )
+    p.add_argument("--seed", type=int, help="sampling seed (the same seed gives the same text)")
     p.add_argument("--json", action="store_true", help="print one JSON object with stats")
     p.set_defaults(func=run)
 
@@ -41,12 +64,22 @@ def run(args: argparse.Namespace) -> int:
     from structspec.runtime import load_engine
 
     prompt = _read_prompt(args)
-    settings = settings_from_args(args, max_tokens=args.max_tokens).settings
+    settings = settings_from_args(
+        args, max_tokens=args.max_tokens, token_healing=args.token_healing
+    ).settings
+    try:
+        sampling = Sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+    except ValueError as exc:  # before the model loads
+        raise UserError(str(exc)) from None
+    options = GenerationOptions(
+        max_tokens=settings.max_tokens,
+        stop=tuple(args.stop),
+        speculative=not args.greedy,
+        token_healing=settings.token_healing,
+        sampling=sampling,
+    )
     engine = load_engine(settings)
     tokens = engine.model.tokenize(prompt)
-    options = GenerationOptions(
-        max_tokens=settings.max_tokens, stop=tuple(args.stop), speculative=not args.greedy
-    )
     gen = engine.stream(tokens, options)
     for step in gen:
         if not args.json and step.text:
@@ -68,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             "accepted": s.accepted,
             "tokens_per_second": round(s.tokens / s.seconds, 2) if s.seconds else 0.0,
             "stop_reason": s.stop_reason,
+            "healed_tokens": s.healed_tokens,
             "mode": "greedy" if args.greedy else "structspec",
             "sources": {
                 k: {"drafted": v.drafted, "accepted": v.accepted} for k, v in s.by_source().items()

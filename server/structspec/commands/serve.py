@@ -231,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
             body_timeout=args.body_timeout,
             default_max_tokens=settings.max_tokens,
             speculative=settings.speculative and not args.greedy,
+            token_healing=settings.token_healing,
         )
         on_exit = app.state.server.begin_shutdown
         what = f"model {model_id!r}"

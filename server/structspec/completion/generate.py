@@ -94,13 +94,17 @@ def run_completion(
         max_tokens=settings.max_tokens,
         stop=("\n",) if mode == LINE else (),
         speculative=settings.speculative,
+        token_healing=settings.token_healing,
     )
+    fim = model.fim_tokens() if prompt.fim else None
     generation = engine.stream(
         prompt.tokens,
         options,
         corpus=tokens_corpus,
         language=job.language or None,
         cancelled=cancelled,
+        # Token healing acts where the cursor is: before the suffix in a FIM prompt.
+        cursor=prompt.tokens.index(fim.suffix) if fim and fim.suffix in prompt.tokens else None,
     )
     budget = settings.max_latency_ms / 1000.0
     text = ""

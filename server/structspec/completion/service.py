@@ -68,6 +68,7 @@ from structspec.completion.types import (
 )
 from structspec.config import Settings
 from structspec.engine.decode import EngineError
+from structspec.engine.healing import vocab_index
 from structspec.engine.stats import GenerationStats
 from structspec.model.base import ModelError
 from structspec.syntax.domains import detect_language
@@ -497,7 +498,9 @@ class CompletionService:
         if self._closed:
             return None
         try:
-            self._host.engine_for(self.settings)
+            engine = self._host.engine_for(self.settings)
+            if self.settings.token_healing:
+                vocab_index(engine.model)  # built once per model: no request pays for it
         except ModelError as exc:
             return str(exc)
         except Exception as exc:  # a bug must not leave the state "busy" forever

@@ -17,6 +17,7 @@ from structspec.engine.decode import (
     accepted_length,
     fit_prompt,
 )
+from structspec.engine.sampling import Sampling
 from structspec.engine.stats import GenerationStats, PassTrace, SourceStats
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "GenerationResult",
     "GenerationStats",
     "PassTrace",
+    "Sampling",
     "SourceStats",
     "Step",
     "accepted_length",

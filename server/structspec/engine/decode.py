@@ -14,6 +14,14 @@ yet evaluated). One pass:
 Every emitted token is some row's argmax given exactly the tokens before it, so
 the output is the greedy output whatever the draft: drafting changes speed,
 never text. Greedy decoding is the same loop with no planner.
+
+Two things generalise "the row's argmax" to "the row's token" without changing
+the loop: token healing (``healing.py``) restricts the rows that must
+reproduce the removed end of the prompt to the tokens consistent with it (the
+row's token is then the constrained argmax, and a draft token outside the
+constraint ends the draft), and sampling (``sampling.py``) makes the row's
+token a draw at a uniform number fixed per output position, which keeps the
+acceptance rule exact for sampling too.
 """
 
 from __future__ import annotations
@@ -24,9 +32,11 @@ from dataclasses import dataclass, field
 
 from structspec.drafts.base import Draft, DraftContext, DraftSource, SourcePolicy
 from structspec.engine.control import DraftPlanner, Plan
+from structspec.engine.healing import Healing, plan_healing
+from structspec.engine.sampling import Sampler, Sampling
 from structspec.engine.stats import GenerationStats
 from structspec.engine.stops import TextStream
-from structspec.model.base import Model
+from structspec.model.base import Model, Rows
 
 #: Rows a pass may add beyond the current context: the pending token plus the
 #: largest draft. The prompt is fitted so that generation never runs into it.
@@ -39,11 +49,21 @@ class EngineError(ValueError):
 
 @dataclass(frozen=True)
 class GenerationOptions:
-    """What to generate. ``speculative=False`` is the greedy baseline."""
+    """What to generate.
+
+    ``speculative=False`` decodes without drafts (the same text, slower).
+    ``token_healing``: when the prompt ends mid-word, back it up over the
+    partial word and let the model finish it (``healing.py``); the text
+    returned starts at the prompt's end all the same. ``sampling``:
+    ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (``sampling.py``;
+    the default, temperature 0, is greedy).
+    """
 
     max_tokens: int = 128
     stop: tuple[str, ...] = ()
     speculative: bool = True
+    token_healing: bool = False
+    sampling: Sampling = Sampling()
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +177,15 @@ class Engine:
         language: str | None = None,
         cancelled: Callable[[], bool] | None = None,
         sources: Sequence[DraftSource] | None = None,
+        cursor: int | None = None,
     ) -> Generation:
-        """Start a generation; iterate it for one ``Step`` per pass."""
+        """Start a generation; iterate it for one ``Step`` per pass.
+
+        ``cursor``: where in ``prompt_tokens`` the generated text goes, for
+        token healing (default: the end). A fill-in-the-middle prompt
+        (``PRE prefix SUF suffix MID``) passes the index of ``SUF``: the partial
+        word at the end of the prefix moves into the generated middle.
+        """
         self._generation += 1
         return Generation(
             self,
@@ -169,6 +196,7 @@ class Engine:
             cancelled=cancelled,
             sources=self.sources if sources is None else list(sources),
             generation=self._generation,
+            cursor=cursor,
         )
 
 
@@ -190,6 +218,7 @@ class Generation:
         cancelled: Callable[[], bool] | None,
         sources: Sequence[DraftSource],
         generation: int,
+        cursor: int | None = None,
     ) -> None:
         model = engine.model
         bos = model.bos_token()
@@ -197,15 +226,31 @@ class Generation:
             if bos is None:
                 raise EngineError("the prompt is empty and the model has no BOS token")
             prompt_tokens = [bos]
+        end = len(prompt_tokens) if cursor is None else cursor
+        if not 0 <= end <= len(prompt_tokens):
+            raise EngineError(f"cursor {cursor} is outside the prompt of {len(prompt_tokens)}")
+        self.healing: Healing | None = (
+            plan_healing(prompt_tokens[:end], model) if options.token_healing else None
+        )
+        if self.healing is not None:
+            start = end - self.healing.n_tokens
+            prompt_tokens = [*prompt_tokens[:start], *prompt_tokens[end:]]
+        #: Bytes of ``healing.removed`` the output has reproduced (they are not emitted).
+        self.healed = 0
         prompt, dropped, max_tokens = fit_prompt(
             prompt_tokens, model.n_ctx, options.max_tokens, bos
         )
         self.engine = engine
         self.options = options
+        self.sampler = Sampler(options.sampling)
         self.max_tokens = max_tokens
         self.prompt = prompt
         self.cancelled = cancelled or (lambda: False)
-        self.stats = GenerationStats(prompt_tokens=len(prompt), truncated_prompt_tokens=dropped)
+        self.stats = GenerationStats(
+            prompt_tokens=len(prompt),
+            truncated_prompt_tokens=dropped,
+            healed_tokens=self.healing.n_tokens if self.healing else 0,
+        )
         self.warnings: list[str] = []
         if dropped:
             self.warnings.append(
@@ -269,10 +314,12 @@ class Generation:
                 # The bonus token always comes: a draft longer than remaining - 1 is waste.
                 plan = planner.plan(self.ctx, self.sources, min(remaining - 1, room - 1), margin)
             draft = valid_prefix(plan.draft.tokens, model.n_vocab) if plan else ()
+            draft = self._healing_prefix(draft)
             t_verify = time.perf_counter()
             base = len(model.cached_tokens)
             rows = model.verify([pending, *draft])
-            m = accepted_length(draft, rows.argmax)
+            chosen = self._row_tokens(rows, draft)
+            m = len(chosen) - 1
             model.truncate(base + 1 + m)
             t_done = time.perf_counter()
             stats.draft_ms += (t_verify - t_plan) * 1000.0
@@ -283,9 +330,52 @@ class Generation:
                 planner.observe(plan, m, margin)
                 self._feedback(plan.draft, m)
             margin = rows.margin[m]
-            step = self._emit([*draft[:m], rows.argmax[m]], len(draft), m)
-            pending = rows.argmax[m]
+            step = self._emit(chosen, len(draft), m)
+            pending = chosen[m]
             yield step
+
+    def _healing_prefix(self, draft: tuple[int, ...]) -> tuple[int, ...]:
+        """``draft`` up to its first token that the healing constraint does not allow."""
+        healing, done = self.healing, self.healed
+        if healing is None or not healing.active(done):
+            return draft
+        for i, tok in enumerate(draft):
+            after = healing.advance(done, self.engine.model.token_bytes(tok))
+            if after is None:
+                return draft[:i]
+            done = after
+        return draft
+
+    def _row_tokens(self, rows: Rows, draft: Sequence[int]) -> list[int]:
+        """Each row's token up to the first that differs from the draft.
+
+        Returns the accepted draft tokens followed by the bonus token: row
+        ``i``'s token is the argmax (the constrained argmax while healing, a
+        sample when sampling) given ``pending, draft[:i]``, so it is exactly
+        what ``draft[i]`` must equal.
+        """
+        healing, done = self.healing, self.healed
+        greedy = self.sampler.sampling.greedy
+        if greedy and (healing is None or not healing.active(done)):
+            m = accepted_length(draft, rows.argmax)  # plain greedy: no logits read
+            return [*draft[:m], rows.argmax[m]]
+        position = len(self.output)
+        chosen: list[int] = []
+        for i in range(len(draft) + 1):
+            constrained = healing is not None and healing.active(done)
+            if greedy and not constrained:
+                tok = rows.argmax[i]
+            else:
+                allowed = healing.allowed(done) if healing is not None and constrained else None
+                tok = self.sampler.choose(rows.logits[i], position + i, allowed)
+            chosen.append(tok)
+            if i == len(draft) or draft[i] != tok:
+                break
+            if healing is not None and constrained:
+                after = healing.advance(done, self.engine.model.token_bytes(tok))
+                assert after is not None  # the row's token is one the constraint allows
+                done = after
+        return chosen
 
     def _emit(self, new: list[int], drafted: int, accepted: int) -> Step:
         """Append ``new`` to the output, applying EOS, stop strings and max tokens."""
@@ -299,7 +389,13 @@ class Generation:
             emitted.append(tok)
             self.output.append(tok)
             self.ctx.tokens.append(tok)
-            delta += self.text.push(model.token_bytes(tok))
+            piece = model.token_bytes(tok)
+            if self.healing is not None and self.healing.active(self.healed):
+                # The removed end of the prompt is the caller's already: emit only what follows.
+                strip = min(len(piece), len(self.healing.removed) - self.healed)
+                self.healed += strip
+                piece = piece[strip:]
+            delta += self.text.push(piece)
             if self.text.stopped:
                 stats.stop_reason = "stop"
                 break

@@ -45,6 +45,7 @@ class GenerationStats:
     draft_ms: float = 0.0
     stop_reason: str = ""
     truncated_prompt_tokens: int = 0
+    healed_tokens: int = 0  # prompt tokens backed up over by token healing
     sources: dict[str, SourceStats] = field(default_factory=dict)
     trace: list[PassTrace] = field(default_factory=list)
 

@@ -93,6 +93,7 @@ class EngineApp:
         body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
         default_max_tokens: int = 128,
         speculative: bool = True,
+        token_healing: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
         self.engine = engine
@@ -102,6 +103,7 @@ class EngineApp:
         self.closing = False
         self.default_max_tokens = default_max_tokens
         self.speculative = speculative
+        self.token_healing = token_healing
         self.metrics = metrics or Metrics(mode="engine", model=model_id)
         self.template = model_chat_template(engine.model)
         self.worker = EngineWorker(engine, self.metrics, max_queue=max_queue)
@@ -295,6 +297,8 @@ class EngineApp:
                     max_tokens=req.max_tokens or self.default_max_tokens,
                     stop=tuple(dict.fromkeys(req.stop + extra_stop)),
                     speculative=self.speculative,
+                    token_healing=self.token_healing and req.heals,
+                    sampling=req.sampling,
                 )
                 gen = engine.stream(tokens, options, cancelled=lambda: job.cancelled)
             except ApiError as err:
@@ -443,6 +447,7 @@ def create_app(
     body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
     default_max_tokens: int = 128,
     speculative: bool = True,
+    token_healing: bool = True,
 ) -> Starlette:
     """A Starlette app serving ``engine``; ``app.state.server`` is the ``EngineApp``."""
     server = EngineApp(
@@ -453,6 +458,7 @@ def create_app(
         body_timeout=body_timeout,
         default_max_tokens=default_max_tokens,
         speculative=speculative,
+        token_healing=token_healing,
     )
 
     @contextlib.asynccontextmanager

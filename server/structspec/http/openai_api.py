@@ -10,11 +10,16 @@ know is ignored (clients send many optional ones). What is supported:
   ``assistant``/``tool`` roles; content a string or a list of text parts);
 - both: ``model``, ``max_tokens`` (chat also ``max_completion_tokens``),
   ``stop`` (a string or up to 16 strings of at most 1024 characters), ``stream``,
-  ``stream_options.include_usage``, ``user``, ``seed`` (ignored: decoding is
-  deterministic), ``n`` = 1, ``top_p``/``top_k`` (ignored under greedy).
-- Decoding is greedy only. ``temperature`` must be 0 or absent (absent means
-  greedy here, unlike OpenAI's default of 1); any other value is a 400 that
-  says so. Penalties, ``logit_bias``, ``logprobs``, ``echo``, ``best_of`` > 1,
+  ``stream_options.include_usage``, ``user``, ``n`` = 1.
+- Sampling: ``temperature`` (0..2; 0 is greedy, and so is leaving it out,
+  unlike OpenAI's default of 1: the same request gives the same answer),
+  ``top_p`` (0..1), ``top_k`` (0 or -1: off), ``min_p`` (0..1) and ``seed``
+  (the same seed gives the same text; no seed: a fresh one per request).
+  Speculation keeps the sampled distribution exact (``engine/sampling.py``).
+- A text ``prompt`` of ``/v1/completions`` that ends mid-word is token-healed
+  (setting ``token_healing``): the completion finishes the word and starts
+  where the prompt ends.
+- Penalties, ``logit_bias``, ``logprobs``, ``echo``, ``best_of`` > 1,
   tools and JSON response formats are refused with a 400 rather than ignored,
   because ignoring them would silently change what the client asked for.
 """
@@ -26,6 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from structspec.engine.sampling import Sampling
 from structspec.engine.stats import GenerationStats
 from structspec.engine.stops import MAX_STOP_CHARS, MAX_STOPS
 
@@ -80,6 +86,12 @@ class CompletionRequest:
     stream: bool = False
     include_usage: bool = False
     user: str | None = None
+    sampling: Sampling = Sampling()
+
+    @property
+    def heals(self) -> bool:
+        """Whether token healing applies: a text prompt continued at its end."""
+        return not self.chat and self.prompt is not None and self.suffix is None
 
 
 def _bad(param: str, message: str) -> ApiError:
@@ -216,29 +228,36 @@ def _prompt(body: dict[str, Any]) -> tuple[str | None, list[int] | None]:
     raise _bad("prompt", "'prompt' must be a string, a one-string array or an array of token ids")
 
 
+def _ranged(body: dict[str, Any], key: str, lo: float, hi: float, default: float) -> float:
+    value = _number(body, key)
+    if value is None:
+        return default
+    if not lo <= value <= hi:  # NaN fails this too
+        raise _bad(key, f"'{key}' must be between {lo:g} and {hi:g}, not {value:g}")
+    return value
+
+
+def _sampling(body: dict[str, Any]) -> Sampling:
+    return Sampling(
+        temperature=_ranged(body, "temperature", 0.0, 2.0, 0.0),
+        top_k=max(0, _int(body, "top_k", -1, 1 << 30) or 0),
+        top_p=_ranged(body, "top_p", 0.0, 1.0, 1.0),
+        min_p=_ranged(body, "min_p", 0.0, 1.0, 0.0),
+        seed=_int(body, "seed", -(1 << 63), (1 << 64) - 1),
+    )
+
+
 def _refuse_unsupported(body: dict[str, Any]) -> None:
-    temperature = _number(body, "temperature")
-    if temperature is not None and temperature != 0:
-        raise ApiError(
-            400,
-            f"only greedy decoding is supported: set 'temperature' to 0 or leave it out "
-            f"(got {temperature:g})",
-            param="temperature",
-            code="unsupported_value",
-        )
-    _number(body, "top_p")
-    _int(body, "top_k", -1, 1 << 30)
-    _int(body, "seed", -(1 << 63), (1 << 64) - 1)
     n = _int(body, "n", 1, 128)
     if n not in (None, 1):
-        raise _bad("n", "only n = 1 is supported (greedy decoding gives one answer)")
+        raise _bad("n", "only n = 1 is supported (one answer per request)")
     best_of = _int(body, "best_of", 1, 128)
     if best_of not in (None, 1):
         raise _bad("best_of", "only best_of = 1 is supported")
     for key in ("presence_penalty", "frequency_penalty", "repeat_penalty"):
         value = _number(body, key)
         if value not in (None, 0.0) and not (key == "repeat_penalty" and value == 1.0):
-            raise _bad(key, f"'{key}' is not supported (greedy decoding only); leave it out")
+            raise _bad(key, f"'{key}' is not supported; leave it out")
     if body.get("logit_bias") not in (None, {}):
         raise _bad("logit_bias", "'logit_bias' is not supported; leave it out")
     if body.get("logprobs") not in (None, False, 0):
@@ -277,6 +296,7 @@ def parse_request(body: Any, *, chat: bool) -> CompletionRequest:
             raise _bad("stream_options", "'stream_options' must be an object")
         req.include_usage = bool(_bool(options, "include_usage"))
     req.user = _str(body, "user")
+    req.sampling = _sampling(body)
     _refuse_unsupported(body)
     return req
 

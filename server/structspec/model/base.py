@@ -5,9 +5,10 @@ A model holds a KV cache of ``cached_tokens``. The engine only ever:
 - ``prefill(tokens)``: make the cache hold exactly ``tokens``, reusing the
   longest common prefix with what is cached (no logits are needed);
 - ``verify(tokens)``: append ``tokens`` to the cache and return, for every
-  appended row ``i``, the greedy choice ``argmax(logits_i)`` and the top-1/top-2
-  margin of that row. Row ``i``'s logits predict the token after
-  ``cached + tokens[: i + 1]``;
+  appended row ``i``, the greedy choice ``argmax(logits_i)``, the top-1/top-2
+  margin of that row and the row's logits themselves (read lazily: only
+  constrained or sampled rows need them). Row ``i``'s logits predict the token
+  after ``cached + tokens[: i + 1]``;
 - ``truncate(n)``: roll the cache back to its first ``n`` tokens.
 
 Everything above this protocol is deterministic given what ``verify`` returns,
@@ -20,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 
 class ModelError(Exception):
     """A model could not be loaded or used; the message is one line for the user."""
@@ -27,14 +30,17 @@ class ModelError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Rows:
-    """Greedy choices of verified rows: ``argmax[i]`` and ``margin[i]`` (top1 - top2 logit).
+    """Verified rows: ``argmax[i]``, ``margin[i]`` (top1 - top2 logit) and ``logits[i]``.
 
-    ``margin`` may be computed lazily and is only valid until the model's next
-    decode: read what you need right after ``verify``.
+    ``logits[i]`` is row ``i``'s full logit vector (``n_vocab`` floats, not to
+    be modified). ``margin`` and ``logits`` may be read lazily from the
+    model's own buffer and are only valid until the model's next decode: read
+    what you need right after ``verify`` (a stale read raises).
     """
 
     argmax: list[int]
     margin: Sequence[float]
+    logits: Sequence[np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,27 +130,44 @@ class _Slot:
         self.used = 0.0
 
 
-class _Margins(Sequence[float]):
-    """Top-1 minus top-2 logit per row, computed only for the rows asked for.
+class _PassRows(Sequence[Any]):
+    """Per-row values of one verification pass, read from llama.cpp's logits buffer in place.
 
-    Valid until the next decode (it reads llama.cpp's logits buffer in place):
-    a later read raises instead of returning another pass's numbers.
+    Valid until the next decode: a later read raises instead of returning
+    another pass's numbers.
     """
 
-    def __init__(self, model: LlamaModel, logits: np.ndarray, argmax: np.ndarray) -> None:
+    what = "rows"
+
+    def __init__(self, model: LlamaModel, logits: np.ndarray) -> None:
         self._model = model
         self._decode_id = model._decode_id
         self._logits = logits
-        self._argmax = argmax
 
     def __len__(self) -> int:
-        return len(self._argmax)
+        return len(self._logits)
 
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if self._model._decode_id != self._decode_id:
-            raise RuntimeError("margins of a verification pass read after the next decode")
+            raise RuntimeError(f"{self.what} of a verification pass read after the next decode")
+        return self._row(i)
+
+    def _row(self, i: int) -> Any:
+        raise NotImplementedError
+
+
+class _Margins(_PassRows):
+    """Top-1 minus top-2 logit per row, computed only for the rows asked for."""
+
+    what = "margins"
+
+    def __init__(self, model: LlamaModel, logits: np.ndarray, argmax: np.ndarray) -> None:
+        super().__init__(model, logits)
+        self._argmax = argmax
+
+    def _row(self, i: int) -> float:
         row = self._logits[i]
         best = int(self._argmax[i])
         top = row[best]
@@ -158,6 +175,17 @@ class _Margins(Sequence[float]):
         second = row.max()
         row[best] = top
         return float(top - second)
+
+
+class _Logits(_PassRows):
+    """Each row's logits as a read-only view (no copy of ``n x n_vocab`` floats)."""
+
+    what = "logits"
+
+    def _row(self, i: int) -> np.ndarray:
+        row = self._logits[i].view()
+        row.flags.writeable = False
+        return row
 
 
 class LlamaModel:
@@ -383,7 +411,7 @@ class LlamaModel:
     def verify(self, tokens: Sequence[int]) -> Rows:
         n = len(tokens)
         if n == 0:
-            return Rows([], [])
+            return Rows([], [], [])
         if n > self.n_batch:
             raise ModelError(f"cannot verify {n} rows in one pass (n_batch {self.n_batch})")
         start = len(self._slot.tokens)
@@ -391,7 +419,7 @@ class LlamaModel:
         self._slot.tokens.extend(tokens)
         logits = self._rows(n)
         argmax = logits.argmax(axis=1)
-        return Rows([int(a) for a in argmax], _Margins(self, logits, argmax))
+        return Rows([int(a) for a in argmax], _Margins(self, logits, argmax), _Logits(self, logits))
 
     def truncate(self, n: int) -> None:
         slot = self._slot

@@ -1,7 +1,10 @@
 """A deterministic stand-in model for exactness tests and offline simulation.
 
 Its vocabulary is a small character alphabet plus BOS and EOS, so text goes
-through it like through a real tokenizer (one token per character). The logits
+through it like through a real tokenizer (one token per character), optionally
+with multi-character ``pieces`` (tokenized longest match first, as a BPE
+vocabulary would give words that span several characters), and optionally
+with fill-in-the-middle control tokens (``fim=True``). The logits
 of a row are a pure function of the last ``order`` tokens:
 
     logits(c) = sum_{j=1..order} W_j[c[-j]]        (W_j: seeded n_vocab x n_vocab)
@@ -36,10 +39,17 @@ class StandInModel:
         n_ctx: int = 4096,
         eos_bias: float = 0.0,
         temperature_scale: float = 1.0,
+        pieces: Sequence[str] = (),
+        fim: bool = False,
     ) -> None:
         self.name = f"stand-in(seed={seed},order={order})"
         self.alphabet = alphabet
-        self.n_vocab = len(alphabet) + 2
+        self.pieces = [p for p in dict.fromkeys(pieces) if len(p) > 1]
+        self._texts = [*alphabet, *self.pieces]
+        n_text = len(self._texts) + 2
+        # Fill-in-the-middle control tokens (no text), after every text token.
+        self._fim = FimTokens(n_text, n_text + 1, n_text + 2) if fim else None
+        self.n_vocab = n_text + (3 if fim else 0)
         self.n_ctx = n_ctx
         self.order = order
         rng = np.random.default_rng(seed)
@@ -47,19 +57,30 @@ class StandInModel:
         self._w[:, :, EOS] += eos_bias
         self._w[:, :, BOS] = -1e9  # BOS is never predicted
         self._char_to_id = {ch: i + 2 for i, ch in enumerate(alphabet)}
+        self._piece_to_id = {p: i + 2 for i, p in enumerate(self._texts) if len(p) > 1}
+        self._longest = max((len(p) for p in self.pieces), default=1)
         self._cache: list[int] = []
         self.rows_evaluated = 0
         self.verify_calls = 0
 
     # -- tokenizer ---------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
-        ids = [self._char_to_id[ch] for ch in text if ch in self._char_to_id]
+        text = "".join(ch for ch in text if ch in self._char_to_id)
+        ids: list[int] = []
+        i = 0
+        while i < len(text):
+            for n in range(min(self._longest, len(text) - i), 0, -1):
+                tok = self._piece_to_id.get(text[i : i + n]) if n > 1 else self._char_to_id[text[i]]
+                if tok is not None:
+                    ids.append(tok)
+                    i += n
+                    break
         return [BOS, *ids] if add_bos else ids
 
     def token_bytes(self, token: int) -> bytes:
-        if token < 2 or token >= self.n_vocab:
+        if not 2 <= token < len(self._texts) + 2:
             return b""
-        return self.alphabet[token - 2].encode()
+        return self._texts[token - 2].encode()
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
@@ -71,7 +92,7 @@ class StandInModel:
         return BOS
 
     def fim_tokens(self) -> FimTokens | None:
-        return None
+        return self._fim
 
     # -- KV cache ----------------------------------------------------------
     @property
@@ -94,20 +115,23 @@ class StandInModel:
 
     def verify(self, tokens: Sequence[int]) -> Rows:
         if not tokens:
-            return Rows([], [])
+            return Rows([], [], [])
         if len(self._cache) + len(tokens) > self.n_ctx:
             raise ModelError("verify past the end of the context")
         self.verify_calls += 1
         argmax: list[int] = []
         margin: list[float] = []
+        rows: list[np.ndarray] = []
         for tok in tokens:
             self._cache.append(int(tok))
             row = self.logits(self._cache)
+            row.flags.writeable = False
             top2 = np.partition(row, -2)[-2:]
             argmax.append(int(np.argmax(row)))
             margin.append(float(top2[1] - top2[0]))
+            rows.append(row)
         self.rows_evaluated += len(tokens)
-        return Rows(argmax, margin)
+        return Rows(argmax, margin, rows)
 
     def truncate(self, n: int) -> None:
         del self._cache[max(0, n) :]
