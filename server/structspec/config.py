@@ -64,6 +64,7 @@ class Settings:
     rules_file: str = ""  # rules mined with `structspec mine`; empty: the packaged default
     prefix_reuse: bool = True
     speculative: bool = True
+    project_context: bool = False  # snippets of other open files before the prompt window
 
     def source_names(self) -> tuple[str, ...]:
         """The enabled draft sources, ``all`` expanded."""
