@@ -11,8 +11,14 @@ Stale work: a new request for a document cancels the one in flight for it
 cancels the awaiting task) stops its generation between verification passes.
 
 A request goes: typing-through cache (no model) -> debounce -> worker: stable
-prompt (see ``prompt``), corpus of the open buffers, engine stream with the
+prompt (see ``prompt``; with ``projectContext``, snippets of the other open
+documents, see ``snippets``), corpus of the open buffers, chunked prefill
+within the latency budget (see ``prewarm``), engine stream with the
 single-line/block mode and the latency budget -> clean-up (see ``suggest``).
+
+Pre-warm: an opened document, or one the user stopped editing for
+``PREWARM_IDLE_S``, is prefilled in the background when nothing else runs;
+any request or edit abandons it between two chunks.
 """
 
 from __future__ import annotations
@@ -39,7 +45,14 @@ from structspec.completion.documents import (
     index_to_column,
     uri_path,
 )
-from structspec.completion.prompt import PromptBuilder
+from structspec.completion.prewarm import (
+    PREFILL_CHUNK,
+    PREWARM_IDLE_S,
+    opening_offset,
+    prefill_in_chunks,
+)
+from structspec.completion.prompt import Prompt, PromptBuilder, file_name, prompt_room
+from structspec.completion.snippets import Neighbour, Snippet, SnippetChooser
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean, cut_block
 from structspec.config import Settings
@@ -191,6 +204,7 @@ class _Outcome:
     stats: GenerationStats | None = None
     cancelled: bool = False
     id: str | None = None  # the suggestion's id once it is shown
+    unfinished: bool = False  # the prefill ran out of the latency budget
 
 
 @dataclass
@@ -244,6 +258,8 @@ class CompletionService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sessions: dict[str, _Session] = {}
         self._recent: OrderedDict[str, None] = OrderedDict()
+        self._prewarm_timer: asyncio.TimerHandle | None = None
+        self._prewarm_job: _Job | None = None
         self._ids = itertools.count(1)
         self._busy = 0
         self._closed = False
@@ -257,6 +273,7 @@ class CompletionService:
         self._engine_key: tuple[str, ...] | None = None
         self._prompts: PromptBuilder | None = None
         self._corpus = CorpusCache()
+        self._snippets = SnippetChooser()
         self._draft_languages: dict[str, str] = {}  # uri -> languageId the sources see
         self._failed: tuple[tuple[str, int, int, int], str] | None = None
         self._model_name = "not loaded"
@@ -265,12 +282,15 @@ class CompletionService:
     def open_document(self, uri: str, language: str, version: int, text: str) -> Document:
         self._touch(uri)
         self._draft_languages[uri] = draft_language(uri, language, text)
-        return self.documents.open(uri, language, version, text)
+        doc = self.documents.open(uri, language, version, text)
+        self._schedule_prewarm(uri)
+        return doc
 
     def change_document(self, uri: str, version: int, changes: Iterable[TextChange]) -> Document:
         """Apply edits; raises ``UnknownDocument`` for a URI that is not open."""
         doc = self.documents.change(uri, version, changes)
         self._touch(uri)
+        self._schedule_prewarm(uri, doc.edited_at)
         return doc
 
     def close_document(self, uri: str) -> None:
@@ -324,6 +344,7 @@ class CompletionService:
         if self._closed:
             return
         self._closed = True
+        self._abandon_prewarm()
         for session in self._sessions.values():
             if session.job is not None:
                 session.job.cancel()
@@ -382,6 +403,7 @@ class CompletionService:
         """
         self._bind_loop()
         t0 = time.perf_counter()
+        self._abandon_prewarm()
         self.stats.requests += 1
         doc = self.documents.get(request.uri)
         settings = self.settings
@@ -421,13 +443,7 @@ class CompletionService:
             session.pending = None
 
         if not shared:
-            others = [
-                DocumentSnapshot(d.uri, d.version, d.text)
-                for uri in self._recent
-                if uri != request.uri and (d := self.documents.get(uri)) is not None
-            ]
-            language = self._draft_languages.get(request.uri, doc.language)
-            job = _Job(session, request.uri, text, offset, language, ctx, settings, others, t0)
+            job = self._job(session, request.uri, text, offset, settings, t0)
             task = asyncio.ensure_future(self._execute(job, request.invoked))
             session.job, session.task = job, task
         assert job is not None and task is not None
@@ -469,10 +485,79 @@ class CompletionService:
             job.session.pending = PendingSuggestion.at(
                 outcome.id, job.text, job.offset, outcome.text
             )
+        elif outcome.unfinished and not job.cancelled():
+            self._schedule_prewarm(job.uri, job.offset)  # finish that prefill when idle
         self._emit_status()
         return outcome
 
+    def _job(
+        self, session: _Session, uri: str, text: str, offset: int, settings: Settings, t0: float
+    ) -> _Job:
+        """A job for ``uri`` with snapshots of the other open documents (on the loop)."""
+        doc = self.documents.get(uri)
+        others = [
+            DocumentSnapshot(d.uri, d.version, d.text)
+            for u in self._recent
+            if u != uri and (d := self.documents.get(u)) is not None
+        ]
+        language = self._draft_languages.get(uri, doc.language if doc is not None else "")
+        ctx = CursorContext.at(text, max(0, offset))
+        return _Job(session, uri, text, offset, language, ctx, settings, others, t0)
+
+    # -- pre-warm (see ``prewarm``) ------------------------------------------
+    def _schedule_prewarm(self, uri: str, offset: int | None = None) -> None:
+        """Pre-warm ``uri`` at ``offset`` (``None``: as opened) once the user pauses."""
+        self._bind_loop()
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._closed or not self.settings.prefix_reuse:
+            return
+        self._abandon_prewarm()
+        self._prewarm_timer = loop.call_later(PREWARM_IDLE_S, self._start_prewarm, uri, offset)
+
+    def _abandon_prewarm(self) -> None:
+        """A request or an edit came: stop any pre-warm (between two prefill chunks)."""
+        if self._prewarm_timer is not None:
+            self._prewarm_timer.cancel()
+            self._prewarm_timer = None
+        if self._prewarm_job is not None:
+            self._prewarm_job.cancel()
+            self._prewarm_job = None
+
+    def _start_prewarm(self, uri: str, offset: int | None) -> None:
+        self._prewarm_timer = None
+        doc = self.documents.get(uri)
+        session = self._sessions.setdefault(uri, _Session()) if doc is not None else None
+        # Lowest priority: only when no request is queued or running.
+        busy = self._busy or any(s.job is not None for s in self._sessions.values())
+        if doc is None or session is None or self._closed or busy:
+            return
+        if self.settings.languages and doc.language not in self.settings.languages:
+            return
+        at = -1 if offset is None else max(0, min(offset, len(doc.text)))
+        job = self._job(session, uri, doc.text, at, self.settings, time.perf_counter())
+        self._prewarm_job = job
+        with contextlib.suppress(RuntimeError):  # shut down
+            self._executor.submit(self._prewarm, job)
+
+    def _prewarm(self, job: _Job) -> None:
+        """Worker: evaluate the job's prompt into a KV slot until done or abandoned."""
+        if job.cancelled() or self._closed:
+            return
+        try:
+            model = self._engine_for(job.settings).model
+            if job.offset < 0:
+                room = prompt_room(model, job.settings.max_tokens)
+                job.offset = opening_offset(job.text, room)
+            prompt = self._prompt(model, job)
+            if not job.settings.prefix_reuse:
+                return
+            if prefill_in_chunks(model, prompt.tokens[:-1], job.cancelled):
+                self.stats.prewarmed += 1
+        except Exception:  # a failed pre-warm costs nothing but its time
+            log.debug("pre-warm of %s failed", job.uri, exc_info=True)
+
     async def _submit(self, job: _Job) -> _Outcome:
+        self._abandon_prewarm()  # a pre-warm queued meanwhile must not delay a request
         try:
             future = self._executor.submit(self._run, job)
         except RuntimeError:  # shut down
@@ -666,10 +751,14 @@ class CompletionService:
             log.exception("completion for %s failed", job.uri)
         return _Outcome()
 
-    def _generate(self, engine: Engine, job: _Job) -> _Outcome:
-        model = engine.model
-        settings = job.settings
+    def _prompt(self, model: Model, job: _Job) -> Prompt:
+        """The job's prompt, with project context when it is on (worker only)."""
         assert self._prompts is not None
+        settings = job.settings
+        context: list[Snippet] = []
+        if settings.project_context:
+            neighbours = [Neighbour(o.uri, file_name(o.uri), o.version, o.text) for o in job.others]
+            context = self._snippets.choose(job.uri, job.text, job.offset, neighbours)
         prompt = self._prompts.build(
             job.text,
             job.offset,
@@ -677,8 +766,15 @@ class CompletionService:
             language=job.language,
             cut_hint=job.session.cut,
             max_tokens=settings.max_tokens,
+            context=context,
         )
         job.session.cut = prompt.cut
+        return prompt
+
+    def _generate(self, engine: Engine, job: _Job) -> _Outcome:
+        model = engine.model
+        settings = job.settings
+        prompt = self._prompt(model, job)
         corpus: list[list[int]] = []
         if settings.speculative and "lookup" in settings.source_names():
             corpus = self._corpus.collect(
@@ -692,6 +788,16 @@ class CompletionService:
             return _Outcome(cancelled=True)
         if not settings.prefix_reuse:
             model.truncate(0)  # evaluate the whole prompt again (the benchmark's baseline)
+        budget = settings.max_latency_ms / 1000.0
+        # The latency budget holds during prefill too: stop between chunks (what
+        # was evaluated stays cached for the next request).
+        if not prefill_in_chunks(
+            model,
+            prompt.tokens[:-1],
+            lambda: job.cancelled() or time.perf_counter() - job.t0 > budget,
+            leave=PREFILL_CHUNK,  # the engine evaluates the last chunk itself
+        ):
+            return _Outcome(cancelled=job.cancelled(), unfinished=not job.cancelled())
         mode = job.ctx.mode
         options = GenerationOptions(
             max_tokens=settings.max_tokens,
@@ -705,7 +811,6 @@ class CompletionService:
             language=job.language or None,
             cancelled=job.cancelled,
         )
-        budget = settings.max_latency_ms / 1000.0
         text = ""
         mark: int | None = None
         early = False
