@@ -541,16 +541,14 @@ class CompletionService:
 
     def _prewarm(self, job: _Job) -> None:
         """Worker: evaluate the job's prompt into a KV slot until done or abandoned."""
-        if job.cancelled() or self._closed:
+        if job.cancelled() or self._closed or not job.settings.prefix_reuse:
             return
         try:
             model = self._engine_for(job.settings).model
             if job.offset < 0:
                 room = prompt_room(model, job.settings.max_tokens)
                 job.offset = opening_offset(job.text, room)
-            prompt = self._prompt(model, job)
-            if not job.settings.prefix_reuse:
-                return
+            prompt = self._prompt(job)
             if prefill_in_chunks(model, prompt.tokens[:-1], job.cancelled):
                 self.stats.prewarmed += 1
         except Exception:  # a failed pre-warm costs nothing but its time
@@ -751,7 +749,7 @@ class CompletionService:
             log.exception("completion for %s failed", job.uri)
         return _Outcome()
 
-    def _prompt(self, model: Model, job: _Job) -> Prompt:
+    def _prompt(self, job: _Job) -> Prompt:
         """The job's prompt, with project context when it is on (worker only)."""
         assert self._prompts is not None
         settings = job.settings
@@ -774,7 +772,7 @@ class CompletionService:
     def _generate(self, engine: Engine, job: _Job) -> _Outcome:
         model = engine.model
         settings = job.settings
-        prompt = self._prompt(model, job)
+        prompt = self._prompt(job)
         corpus: list[list[int]] = []
         if settings.speculative and "lookup" in settings.source_names():
             corpus = self._corpus.collect(
