@@ -98,3 +98,51 @@ def test_snippets_that_do_not_fit_the_budget_are_left_out():
     assert "s.py" not in text or "y = 2" in text
     assert "x = 1\n" * 10 not in text and "y = 2" in text
     assert len(p.tokens) <= 512
+
+
+class _Recording(StandInModel):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.prompts: list[list[int]] = []
+        self.reused: list[int] = []
+
+    def prefill(self, tokens):
+        reused = super().prefill(tokens)
+        self.prompts.append(list(tokens))
+        self.reused.append(reused)
+        return reused
+
+
+async def test_the_service_keeps_the_snippets_and_their_cache_while_typing():
+    from structspec.completion.documents import Range, TextChange
+    from structspec.completion.service import CompletionRequest, CompletionService
+    from structspec.config import Settings
+
+    model = _Recording(n_ctx=4096, eos_bias=-3.0)
+    svc = CompletionService(
+        Settings(
+            model="standin", debounce_ms=0, max_tokens=4, sources=("lookup",), project_context=True
+        ),
+        open_model=lambda spec, **kw: model,
+    )
+    svc.open_document("file:///p/helpers.py", "python", 1, HELPERS)
+    text = "import x\n" * 30 + "cfg = load_config(path)\n"
+    svc.open_document("file:///p/a.py", "python", 1, text)
+    line = text.count("\n")
+    await svc.complete(CompletionRequest("file:///p/a.py", line, 0, invoked=True))
+    first = model.detokenize(model.prompts[-1])
+    assert "ompare this snippet from helpers.py" in first and "load_config(path):" in first
+    model.prompts.clear()
+    model.reused.clear()
+    for i, ch in enumerate("data = parse_config(cfg)"):
+        svc.change_document("file:///p/a.py", 2 + i, [TextChange(ch, Range(line, i, line, i))])
+        await svc.complete(CompletionRequest("file:///p/a.py", line, i + 1, invoked=True))
+    assert len(model.prompts) >= 3  # not all typed through the cache
+    for prompt, reused in zip(model.prompts, model.reused, strict=True):
+        # Only the typed characters since the last model request are new.
+        assert reused >= len(prompt) - 24
+        # The snippets come before the window: all of them are in the reused part.
+        assert "def load_config(path):" in model.detokenize(prompt[:reused])
+    assert svc._snippets.choices == 1
+    svc.close()
+    assert svc.join()
