@@ -8,7 +8,12 @@ import time
 from collections.abc import Sequence
 
 from structspec.completion.documents import Range, TextChange
-from structspec.completion.prewarm import PREWARM_IDLE_S, opening_offset, prefill_in_chunks
+from structspec.completion.prewarm import (
+    PREWARM_IDLE_S,
+    WINDOW_SHARE,
+    opening_offset,
+    prefill_in_chunks,
+)
 from structspec.completion.prompt import ANCHOR_CHARS, PromptBuilder
 from structspec.completion.service import CompletionRequest, CompletionService
 from structspec.config import Settings
@@ -75,9 +80,11 @@ def test_chunked_prefill_stops_between_chunks_and_resumes():
 
 
 def test_opening_offset():
-    assert opening_offset("short\n", 1000) == len("short\n")
-    at = opening_offset(PY, 100)
-    assert PY[at] == "\n" and at <= 100 * 0.75 * 3
+    model = StandInModel()  # one token per character
+    assert opening_offset(model, "short\n", 1000) == len("short\n")
+    at = opening_offset(model, PY, 1000)
+    assert PY[at] == "\n" and at <= 1000 * WINDOW_SHARE
+    assert PY.rfind("\n", 0, int(1000 * WINDOW_SHARE)) == at  # the last line that fits
 
 
 # -- the window on a line without breaks (a 1 MB minified file) -----------------
@@ -159,17 +166,35 @@ async def test_an_edit_elsewhere_is_prewarmed_after_a_pause():
     assert svc.join()
 
 
-async def test_latency_budget_holds_during_prefill_and_progress_is_kept():
-    model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
-    model.delay = 0.05  # every chunk is slow
-    svc = make_service(model, max_latency_ms=10)
+async def test_latency_budget_holds_during_prefill_and_progress_is_kept(monkeypatch):
+    from structspec.completion import service as service_module
+
+    class Clock:
+        """The service's clock: every prefill chunk takes one second."""
+
+        now = 1000.0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(service_module, "time", clock)
+
+    class SlowChunks(RecordingStandIn):
+        def prefill(self, tokens: Sequence[int]) -> int:
+            clock.now += 1.0
+            return super().prefill(tokens)
+
+    model = SlowChunks(n_ctx=4096, eos_bias=-3.0)
+    svc = make_service(model, max_latency_ms=2500)
     svc.open_document("file:///p/a.py", "python", 1, PY)
     first = await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
     assert first is None  # out of budget before the prompt was evaluated
-    kept = len(model.cached_tokens)
-    assert 0 < kept < 1000
+    # Three chunks fit 2.5 s (the check comes before each chunk): kept for the next request.
+    assert [n for n, _ in model.prefills] == [128, 256, 384]
+    assert len(model.cached_tokens) == 384
+    model.prefills.clear()
     await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
-    assert len(model.cached_tokens) > kept  # continued, not restarted
-    assert model.prefills[-1][1] >= kept - 1
+    assert model.prefills[0] == (512, 384)  # continued, not restarted
     svc.close()
     assert svc.join()

@@ -27,8 +27,10 @@ from structspec.model.base import Model, common_prefix_len
 PREFILL_CHUNK = 128
 #: Seconds without edits or requests before a document is pre-warmed.
 PREWARM_IDLE_S = 0.5
-#: Characters per token assumed when placing a pre-warm cursor in an opened document.
-_CHARS_PER_TOKEN = 3
+#: Share of the prompt window an opened document's pre-warm fills (the rest: header, suffix).
+WINDOW_SHARE = 0.85
+#: Characters of an opened document tokenized per token of room, at most.
+_MAX_CHARS_PER_TOKEN = 8
 
 
 def reusable_prefix(model: Model, tokens: Sequence[int]) -> int:
@@ -60,16 +62,19 @@ def prefill_in_chunks(
     return True
 
 
-def opening_offset(text: str, room: int) -> int:
+def opening_offset(model: Model, text: str, room: int) -> int:
     """Where to place the cursor of an opened document's pre-warm prompt.
 
-    The end of the line about three quarters of the window into the document
-    (the whole document when it is shorter): the window then starts at the top
+    The end of the last line that fits ``WINDOW_SHARE`` of the window from the
+    top (the whole document when it fits): the window then starts at the top
     and its tokens are a prefix of the prompt for any cursor above that line,
     which is where prefix reuse picks them up.
     """
-    reach = int(room * 0.75 * _CHARS_PER_TOKEN)
-    if len(text) <= reach:
+    head = text[: room * _MAX_CHARS_PER_TOKEN]
+    tokens = model.tokenize(head, add_bos=False)
+    keep = int(room * WINDOW_SHARE)
+    if len(tokens) <= keep and len(head) == len(text):
         return len(text)
-    nl = text.rfind("\n", 0, reach)
-    return nl if nl > 0 else reach
+    end = len(model.detokenize(tokens[:keep]))
+    nl = text.rfind("\n", 0, end)
+    return nl if nl > 0 else end

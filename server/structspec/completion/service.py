@@ -547,7 +547,7 @@ class CompletionService:
             model = self._engine_for(job.settings).model
             if job.offset < 0:
                 room = prompt_room(model, job.settings.max_tokens)
-                job.offset = opening_offset(job.text, room)
+                job.offset = opening_offset(model, job.text, room)
             prompt = self._prompt(job)
             if prefill_in_chunks(model, prompt.tokens[:-1], job.cancelled):
                 self.stats.prewarmed += 1
