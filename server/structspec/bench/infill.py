@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from structspec.bench.editor import _percentile, _Replay, _utf16_len
+from structspec.bench.editor import _percentile, _Replay, _utf16_len, start_server
 from structspec.bench.mixed import EXTENSIONS, collect
 
 Out = Callable[[str], None]
@@ -306,9 +306,7 @@ async def _run(
     current = servers[0]
     try:
         for current in servers:
-            t0 = time.perf_counter()
-            await current.start()
-            out(f"  {current.name}: server ready in {time.perf_counter() - t0:.1f} s")
+            await start_server(current, out)
         for index, case in enumerate(cases):
             for current in servers:
                 board = scores[current.name][case.part]

@@ -10,6 +10,7 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -409,12 +410,10 @@ def _write_lines_report(path: str, title: str, lines: list[str]) -> None:
     Path(path).write_text("\n".join(report) + "\n", encoding="utf-8")
 
 
-def _run_infill(args: argparse.Namespace) -> int:
-    from structspec.bench.infill import run_infill_benchmark
-
-    if args.limit is not None and args.limit < 1:
-        raise UserError("--limit must be positive")
-    settings = settings_from_args(args).settings
+def _run_printed(
+    args: argparse.Namespace, suite: str, title: str, run: Callable[[Callable[[str], None]], Any]
+) -> int:
+    """Run a suite that prints its report line by line; write its Markdown and JSON."""
     lines: list[str] = []
 
     def out(line: str) -> None:
@@ -422,16 +421,30 @@ def _run_infill(args: argparse.Namespace) -> int:
         lines.append(line)
 
     try:
-        result = run_infill_benchmark(
-            settings.model, settings.threads, out=out, limit=args.limit or 40
-        )
+        result = run(out)
     except (OSError, ValueError) as exc:
-        raise UserError(f"infill benchmark: {exc}") from None
+        raise UserError(f"{suite} benchmark: {exc}") from None
     if args.markdown_out:
-        _write_lines_report(args.markdown_out, "single-line infilling", lines)
+        _write_lines_report(args.markdown_out, title, lines)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result), encoding="utf-8")
     return 0
+
+
+def _run_infill(args: argparse.Namespace) -> int:
+    from structspec.bench.infill import run_infill_benchmark
+
+    if args.limit is not None and args.limit < 1:
+        raise UserError("--limit must be positive")
+    settings = settings_from_args(args).settings
+    return _run_printed(
+        args,
+        "infill",
+        "single-line infilling",
+        lambda out: run_infill_benchmark(
+            settings.model, settings.threads, out=out, limit=args.limit or 40
+        ),
+    )
 
 
 def _run_editor(args: argparse.Namespace) -> int:
@@ -443,18 +456,9 @@ def _run_editor(args: argparse.Namespace) -> int:
     if args.files and not files:
         raise UserError(f"no files match {args.files!r}")
     settings = settings_from_args(args).settings
-    lines: list[str] = []
-
-    def out(line: str) -> None:
-        print(line, flush=True)
-        lines.append(line)
-
-    try:
-        result = run_editor_benchmark(files, settings.model, settings.threads, out=out)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"editor benchmark: {exc}") from None
-    if args.markdown_out:
-        _write_lines_report(args.markdown_out, "editor replay", lines)
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result), encoding="utf-8")
-    return 0
+    return _run_printed(
+        args,
+        "editor",
+        "editor replay",
+        lambda out: run_editor_benchmark(files, settings.model, settings.threads, out=out),
+    )
