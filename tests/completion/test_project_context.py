@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from structspec.completion.prompt import PromptBuilder, snippet_comment
 from structspec.completion.snippets import (
+    MAX_LINE_CHARS,
     RECHOOSE_LINES,
     Neighbour,
     Snippet,
@@ -146,3 +147,9 @@ async def test_the_service_keeps_the_snippets_and_their_cache_while_typing():
     assert svc._snippets.choices == 1
     svc.close()
     assert svc.join()
+
+
+def test_huge_lines_are_quoted_short():
+    minified = "load_config(path);" * 50_000  # one 900 KB line
+    found = best_windows(["cfg = load_config(path)"], [neighbour("file:///p/min.js", minified)])
+    assert len(found) == 1 and len(found[0].text) == MAX_LINE_CHARS

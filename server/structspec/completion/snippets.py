@@ -27,6 +27,8 @@ WINDOW_LINES = 20
 STEP_LINES = 10
 #: Lines of another document looked at (its head), so a huge file costs little.
 MAX_DOC_LINES = 4000
+#: Characters of a line looked at and quoted (a minified line is no useful snippet).
+MAX_LINE_CHARS = 400
 #: Snippets kept at most, and the least similarity worth a place in the prompt.
 MAX_SNIPPETS = 3
 MIN_SCORE = 0.1
@@ -87,7 +89,7 @@ def best_windows(
         return []
     found: list[Snippet] = []
     for doc in neighbours:
-        lines = doc.text.split("\n", MAX_DOC_LINES)[:MAX_DOC_LINES]
+        lines = [ln[:MAX_LINE_CHARS] for ln in doc.text.split("\n", MAX_DOC_LINES)[:MAX_DOC_LINES]]
         best: tuple[float, int] = (0.0, 0)
         for start in range(0, max(1, len(lines) - WINDOW_LINES + STEP_LINES), STEP_LINES):
             score = jaccard(want, _words(lines[start : start + WINDOW_LINES]))
