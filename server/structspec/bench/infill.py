@@ -7,10 +7,11 @@ Cases come from two places, nothing written for the test:
   (the middle one of those with at least four characters of code) cleared back
   to its indentation;
 - **real files** on this machine, chosen as the mixed suite chooses them
-  (``bench.mixed.collect``): the whole file with the line after the mixed
-  suite's cut point cleared. Up to two other files of the same folder and
-  language are opened first, as the "other open files" project context
-  draws on.
+  (``bench.mixed.collect``): the file around the line after the mixed suite's
+  cut point (at most ``BEFORE_CHARS`` before it and ``AFTER_CHARS`` after,
+  cut at line starts), with that line cleared. Up to two other files of the
+  same folder and language are opened first, as the "other open files"
+  project context draws on.
 
 At each case the editor asks for a suggestion at the start of the cleared line,
 then after each of the line's first 1..3 characters is typed (a ``didChange``
@@ -58,6 +59,9 @@ CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
 _FIRST_WORD = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*|\S)")
 #: Other files of the same folder opened with a real-file case (project context).
 NEIGHBOURS = 2
+#: Characters of a real file kept before and after the cleared line (about 2,000
+#: and 1,000 tokens of code), so a case costs seconds, not minutes, on a CPU.
+BEFORE_CHARS, AFTER_CHARS = 7000, 4000
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,12 @@ def file_cases(limit: int) -> list[Case]:
             at = source.find(item["prompt"])
             if at < 0:
                 continue
-            line = source.count("\n", 0, at + len(item["prompt"]))
+            cursor = at + len(item["prompt"])
+            start = source.find("\n", max(0, cursor - BEFORE_CHARS), cursor) + 1
+            start = start if cursor - BEFORE_CHARS > 0 else 0
+            end = source.find("\n", min(len(source), cursor + AFTER_CHARS))
+            source = source[start : len(source) if end < 0 else end + 1]
+            line = source.count("\n", 0, cursor - start)
             cleared = _clear_line(source, line)
             if cleared is None:
                 continue
@@ -308,9 +317,13 @@ async def _run(
         for current in servers:
             await start_server(current, out)
         for index, case in enumerate(cases):
+            took = []
             for current in servers:
                 board = scores[current.name][case.part]
+                t0 = time.perf_counter()
                 await current.run_case(case, index % 2 == 1, idle_s, board)
+                took.append(f"{current.name} {time.perf_counter() - t0:.1f} s")
+            out(f"  {index + 1}/{len(cases)} {case.id}: {', '.join(took)}")
         for current in servers:
             await current.finish()
             out(f"  {current.name}: model {current.result.status.get('model', '?')}")
