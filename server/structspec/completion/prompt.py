@@ -22,6 +22,9 @@ was trained (Qwen2.5-Coder: ``<|repo_name|>name\n<|file_sep|>path\ntext\n ...
 <|file_sep|>current\n<|fim_prefix|>...``; StarCoder2: ``<repo_name>name
 <file_sep>path\ntext ... <file_sep><fim_prefix>current\n...``); otherwise each
 snippet is a comment block in the file's language, before the path header.
+llama.cpp finds FIM tokens from GGUF metadata or by their text, but does not
+take StarCoder2's ``<repo_name>``/``<file_sep>`` for repo-level tokens: those
+are looked up here by their text (``repo_tokens``).
 """
 
 from __future__ import annotations
