@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import statistics
 import time
@@ -379,6 +380,9 @@ def run_infill_benchmark(
     if not cases:
         raise ValueError("no infilling cases could be built")
     parts = {part: sum(c.part == part for c in cases) for part in ("humaneval", "files")}
+    with contextlib.suppress(OSError, AttributeError):  # no load average on this system
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        out(f"load average at the start (1, 5, 15 min): {load} on {os.cpu_count()} cores")
     out(
         f"infill: {parts['humaneval']} HumanEval lines + {parts['files']} real-file lines, "
         f"asked at the line start and after 1..{TYPED} typed characters; {threads} thread(s); "
