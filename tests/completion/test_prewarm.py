@@ -198,3 +198,15 @@ async def test_latency_budget_holds_during_prefill_and_progress_is_kept(monkeypa
     assert model.prefills[0] == (512, 384)  # continued, not restarted
     svc.close()
     assert svc.join()
+
+
+async def test_request_stats_count_the_chunked_prefill():
+    model = RecordingStandIn(n_ctx=4096, eos_bias=-30.0)  # always writes something
+    svc = make_service(model)
+    svc.open_document("file:///p/a.py", "python", 1, PY)
+    s = await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
+    assert s is not None and s.stats is not None
+    assert s.stats.prompt_tokens > 1000
+    assert s.stats.reused_tokens == 0  # nothing was cached before this request
+    svc.close()
+    assert svc.join()

@@ -50,6 +50,7 @@ from structspec.completion.prewarm import (
     PREWARM_IDLE_S,
     opening_offset,
     prefill_in_chunks,
+    reusable_prefix,
 )
 from structspec.completion.prompt import Prompt, PromptBuilder, file_name, prompt_room
 from structspec.completion.snippets import Neighbour, Snippet, SnippetChooser
@@ -789,6 +790,8 @@ class CompletionService:
         budget = settings.max_latency_ms / 1000.0
         # The latency budget holds during prefill too: stop between chunks (what
         # was evaluated stays cached for the next request).
+        reused = reusable_prefix(model, prompt.tokens[:-1])
+        t_prefill = time.perf_counter()
         if not prefill_in_chunks(
             model,
             prompt.tokens[:-1],
@@ -796,6 +799,7 @@ class CompletionService:
             leave=PREFILL_CHUNK,  # the engine evaluates the last chunk itself
         ):
             return _Outcome(cancelled=job.cancelled(), unfinished=not job.cancelled())
+        generation_start = time.perf_counter()
         mode = job.ctx.mode
         options = GenerationOptions(
             max_tokens=settings.max_tokens,
@@ -836,6 +840,10 @@ class CompletionService:
                 close()
         result = generation.result
         stats = result.stats if result is not None else None
+        if stats is not None:
+            # The chunks evaluated above are part of this request's prefill.
+            stats.prefill_ms = (generation_start - t_prefill) * 1000.0 + stats.prefill_ms
+            stats.reused_tokens = min(stats.reused_tokens, reused)
         if job.cancelled():
             return _Outcome(stats=stats, cancelled=True)
         if not early and result is not None:
