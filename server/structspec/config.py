@@ -54,6 +54,7 @@ class Settings:
     prefix_reuse: bool = True
     speculative: bool = True
     token_healing: bool = True  # finish a partial word at the cursor (engine/healing.py)
+    project_context: bool = False  # snippets of other open files before the prompt window
 
     def source_names(self) -> tuple[str, ...]:
         """The enabled draft sources, ``all`` expanded."""

@@ -103,7 +103,10 @@ async def test_alternating_documents_keep_their_caches():
     from structspec.completion.service import CompletionRequest, CompletionService
     from structspec.config import Settings
 
-    svc = CompletionService(Settings(model="", threads=2, debounce_ms=0, max_tokens=4))
+    # No latency budget here (it holds during prefill too): this test is about the caches.
+    svc = CompletionService(
+        Settings(model="", threads=2, debounce_ms=0, max_tokens=4, max_latency_ms=600_000)
+    )
     a = CODE
     b = "".join(f"const value{i} = compute({i});\n" for i in range(40)) + "const total = "
     svc.open_document("file:///a.py", "python", 1, a)

@@ -55,6 +55,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'prefixReuse', kind: 'boolean', restart: false },
   { key: 'speculative', kind: 'boolean', restart: false },
   { key: 'tokenHealing', kind: 'boolean', restart: false },
+  { key: 'projectContext', kind: 'boolean', restart: false },
 ];
 
 /** Settings only the client reads; changing any of them needs a new process too. */

@@ -380,6 +380,13 @@ class _Replay:
         self.opened[point.uri] = version
 
 
+async def start_server(server: _Replay, out: Out) -> None:
+    """Start one server and say how long its model took to load (loads never overlap)."""
+    t0 = time.perf_counter()
+    await server.start()
+    out(f"  {server.name}: server ready in {time.perf_counter() - t0:.1f} s")
+
+
 async def _replay_all(
     points: Sequence[Point],
     model: str,
@@ -407,9 +414,7 @@ async def _replay_all(
     current = replays[0]
     try:
         for current in replays:
-            t0 = time.perf_counter()
-            await current.start()
-            out(f"  {current.name}: server ready in {time.perf_counter() - t0:.1f} s")
+            await start_server(current, out)
         for index, point in enumerate(points):
             for current in replays:
                 await current.type_point(index, point)

@@ -10,6 +10,7 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "benchmark", help="compare greedy, structspec and llama-cpp PLD side by side"
     )
     p.add_argument(
-        "--suite", default="humaneval", help="humaneval (default), mixed, editor, or jsonl:PATH"
+        "--suite",
+        default="humaneval",
+        help="humaneval (default), mixed, editor, infill, or jsonl:PATH",
     )
     add_model_arguments(p)
     p.add_argument("--limit", type=int, help="first N prompts only")
@@ -147,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_replay(args)
     if args.suite == "editor":
         return _run_editor(args)
+    if args.suite == "infill":
+        return _run_infill(args)
     modes = list(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))
     unknown = [
         m for m in modes if m not in MODES and not _valid_ablation(m) and not _valid_llama_server(m)
@@ -531,6 +536,59 @@ def _write_trace(path: str, runs: list[Run]) -> None:
                 )
 
 
+def _write_lines_report(path: str, title: str, lines: list[str]) -> None:
+    """A Markdown report of a run's printed lines, with the command and the machine."""
+    report = [
+        f"# structspec benchmark: {title}",
+        "",
+        f"- command: `{_command_line()}`",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- machine: {_machine()}",
+        "",
+        "```",
+        *lines,
+        "```",
+    ]
+    Path(path).write_text("\n".join(report) + "\n", encoding="utf-8")
+
+
+def _run_printed(
+    args: argparse.Namespace, suite: str, title: str, run: Callable[[Callable[[str], None]], Any]
+) -> int:
+    """Run a suite that prints its report line by line; write its Markdown and JSON."""
+    lines: list[str] = []
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    try:
+        result = run(out)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{suite} benchmark: {exc}") from None
+    if args.markdown_out:
+        _write_lines_report(args.markdown_out, title, lines)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result), encoding="utf-8")
+    return 0
+
+
+def _run_infill(args: argparse.Namespace) -> int:
+    from structspec.bench.infill import run_infill_benchmark
+
+    if args.limit is not None and args.limit < 1:
+        raise UserError("--limit must be positive")
+    settings = settings_from_args(args).settings
+    return _run_printed(
+        args,
+        "infill",
+        "single-line infilling",
+        lambda out: run_infill_benchmark(
+            settings.model, settings.threads, out=out, limit=args.limit or 40
+        ),
+    )
+
+
 def _run_editor(args: argparse.Namespace) -> int:
     import glob
 
@@ -540,32 +598,12 @@ def _run_editor(args: argparse.Namespace) -> int:
     if args.files and not files:
         raise UserError(f"no files match {args.files!r}")
     settings = settings_from_args(args).settings
-    lines: list[str] = []
-
-    def out(line: str) -> None:
-        print(line, flush=True)
-        lines.append(line)
-
-    try:
-        result = run_editor_benchmark(files, settings.model, settings.threads, out=out)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"editor benchmark: {exc}") from None
-    if args.markdown_out:
-        report = [
-            "# structspec benchmark: editor replay",
-            "",
-            f"- command: `{_command_line()}`",
-            f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-            f"- machine: {_machine()}",
-            "",
-            "```",
-            *lines,
-            "```",
-        ]
-        Path(args.markdown_out).write_text("\n".join(report) + "\n", encoding="utf-8")
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result), encoding="utf-8")
-    return 0
+    return _run_printed(
+        args,
+        "editor",
+        "editor replay",
+        lambda out: run_editor_benchmark(files, settings.model, settings.threads, out=out),
+    )
 
 
 def _run_record(args: argparse.Namespace, settings: Any, prompts: list) -> int:

@@ -78,6 +78,9 @@ class Document:
     version: int
     text: str
     _line_starts: list[int] | None = field(default=None, repr=False)
+    #: Offset just after the last incremental edit (where the user is typing),
+    #: ``None`` until one arrives or after a full-text replacement.
+    edited_at: int | None = field(default=None, repr=False)
 
     def line_starts(self) -> list[int]:
         """Offsets where each line starts (computed once per text)."""
@@ -130,6 +133,7 @@ class Document:
             start, end = end, start
         self.text = self.text[:start] + new_text + self.text[end:]
         self._line_starts = None
+        self.edited_at = start + len(new_text)
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,7 @@ class DocumentStore:
             if change.range is None:
                 doc.text = change.text
                 doc._line_starts = None
+                doc.edited_at = None
                 continue
             r = change.range
             start = doc.offset_at(r.start_line, r.start_column, self.encoding)

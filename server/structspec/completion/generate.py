@@ -5,13 +5,17 @@ text, the cursor, the other open documents, the settings) and the worker's
 engine, and returns the cleaned suggestion text:
 
 1. a prompt that stays stable while typing (``prompt``; the cut is kept per
-   document through ``cut_hint``);
+   document through ``cut_hint``), with snippets of the other open documents
+   before it when ``project_context`` is on (``snippets``);
 2. the corpus of the open buffers, when an enabled draft source reads one;
-3. the engine's stream, stopped by the single-line/block mode, by
+3. the prompt's prefill in chunks (``prewarm``), which stops once the latency
+   budget is spent: what was evaluated stays cached, the request answers
+   nothing and the service finishes the prefill when the user pauses;
+4. the engine's stream, stopped by the single-line/block mode, by
    cancellation between passes, and by the latency budget: once
    ``max_latency_ms`` has passed since the request, the line being written is
    finished and the rest dropped;
-4. clean-up (``suggest``).
+5. clean-up (``suggest``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
-from structspec.completion.prompt import PromptBuilder
+from structspec.completion.prewarm import PREFILL_CHUNK, prefill_in_chunks, reusable_prefix
+from structspec.completion.prompt import Prompt, PromptBuilder, file_name
+from structspec.completion.snippets import Neighbour, Snippet, SnippetChooser
 from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean, cut_block
 from structspec.config import Settings
 from structspec.drafts.registry import reads_corpus
@@ -38,6 +44,8 @@ class Outcome:
     cancelled: bool = False
     #: Where the prompt window started (kept per document for the next request).
     cut: int | None = None
+    #: The prefill ran out of the latency budget (the service finishes it when idle).
+    unfinished: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,10 +63,33 @@ class CompletionInput:
     t0: float = 0.0
 
 
+def build_prompt(
+    prompts: PromptBuilder,
+    snippets: SnippetChooser,
+    job: CompletionInput,
+    cut_hint: int | None,
+) -> Prompt:
+    """The job's prompt, with project context when it is on."""
+    context: list[Snippet] = []
+    if job.settings.project_context:
+        neighbours = [Neighbour(o.uri, file_name(o.uri), o.version, o.text) for o in job.others]
+        context = snippets.choose(job.uri, job.text, job.offset, neighbours)
+    return prompts.build(
+        job.text,
+        job.offset,
+        uri=job.uri,
+        language=job.language,
+        cut_hint=cut_hint,
+        max_tokens=job.settings.max_tokens,
+        context=context,
+    )
+
+
 def run_completion(
     engine: Engine,
     prompts: PromptBuilder,
     corpus: CorpusCache,
+    snippets: SnippetChooser,
     job: CompletionInput,
     *,
     cut_hint: int | None = None,
@@ -68,14 +99,7 @@ def run_completion(
     """Generate and clean one suggestion (see the module docstring)."""
     model = engine.model
     settings = job.settings
-    prompt = prompts.build(
-        job.text,
-        job.offset,
-        uri=job.uri,
-        language=job.language,
-        cut_hint=cut_hint,
-        max_tokens=settings.max_tokens,
-    )
+    prompt = build_prompt(prompts, snippets, job, cut_hint)
     tokens_corpus: list[list[int]] = []
     if settings.speculative and reads_corpus(settings.source_names()):
         tokens_corpus = corpus.collect(
@@ -89,6 +113,17 @@ def run_completion(
         return Outcome(cancelled=True, cut=prompt.cut)
     if not settings.prefix_reuse:
         model.truncate(0)  # evaluate the whole prompt again (the benchmark's baseline)
+    budget = settings.max_latency_ms / 1000.0
+    reused = reusable_prefix(model, prompt.tokens[:-1])
+    t_prefill = clock()
+    if not prefill_in_chunks(
+        model,
+        prompt.tokens[:-1],
+        lambda: cancelled() or clock() - job.t0 > budget,
+        leave=PREFILL_CHUNK,  # the engine evaluates the last chunk itself
+    ):
+        return Outcome(cancelled=cancelled(), cut=prompt.cut, unfinished=not cancelled())
+    generation_start = clock()
     mode = job.cursor.mode
     options = GenerationOptions(
         max_tokens=settings.max_tokens,
@@ -106,7 +141,6 @@ def run_completion(
         # Token healing acts where the cursor is: before the suffix in a FIM prompt.
         cursor=prompt.tokens.index(fim.suffix) if fim and fim.suffix in prompt.tokens else None,
     )
-    budget = settings.max_latency_ms / 1000.0
     text = ""
     mark: int | None = None
     early = False
@@ -132,6 +166,10 @@ def run_completion(
         steps.close()  # type: ignore[attr-defined]
     result = generation.result
     stats = result.stats if result is not None else None
+    if stats is not None:
+        # The chunks evaluated above are part of this request's prefill.
+        stats.prefill_ms += (generation_start - t_prefill) * 1000.0
+        stats.reused_tokens = min(stats.reused_tokens, reused)
     if cancelled():
         return Outcome(stats=stats, cancelled=True, cut=prompt.cut)
     if not early and result is not None:

@@ -10,7 +10,9 @@ calibrating it blocks). What it keeps and when it rebuilds it:
 - the engine (draft sources, planner), keyed on ``engine_key`` (the enabled
   sources and ``rules_file``): rebuilt over the same model when either changes,
   with every source that can be built (``runtime.load_available_engine``);
-- the prompt builder and the corpus cache, which belong to one model.
+- the prompt builder and the corpus cache, which belong to one model, and the
+  project-context snippet chooser (its choice stays while the user types in
+  one place, so the KV cache keeps the snippets).
 
 Outcomes are reported through ``on_loaded(name, warnings)`` and
 ``on_failed(message)``, called on the worker thread (the service forwards them
@@ -25,6 +27,7 @@ from typing import Any
 
 from structspec.completion.corpus import CorpusCache
 from structspec.completion.prompt import PromptBuilder
+from structspec.completion.snippets import SnippetChooser
 from structspec.config import Settings
 from structspec.engine.decode import Engine
 from structspec.model.base import Model, ModelError
@@ -70,7 +73,7 @@ def default_load_engine(settings: Settings, **kwargs: Any) -> tuple[Engine, list
 
 
 class EngineHost:
-    """The model, engine, prompt builder and corpus of the worker thread (see the module)."""
+    """The model, engine, prompt builder, corpus and snippets of the worker thread."""
 
     def __init__(
         self,
@@ -90,6 +93,7 @@ class EngineHost:
         self.engine: Engine | None = None
         self.prompts: PromptBuilder | None = None
         self.corpus = CorpusCache()
+        self.snippets = SnippetChooser()
         self._model_key: ModelKey | None = None
         self._engine_key: EngineKey | None = None
         self._failed: tuple[ModelKey, str] | None = None

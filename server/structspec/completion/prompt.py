@@ -9,17 +9,32 @@ the budget free, so the prompt changes its start rarely instead of sliding by
 one line per keystroke (a sliding start would defeat reuse on every request).
 
 With fill-in-the-middle tokens the order is prefix, suffix, middle
-(``FIM_PRE header+window FIM_SUF suffix FIM_MID``): the stable part still comes
-first and only the short suffix after it is re-evaluated. Models without FIM
-tokens (Gemma 3) get the prefix only.
+(``FIM_PRE header+window FIM_SUF suffix FIM_MID``, after BOS when the
+vocabulary adds one): the stable part still comes first and only the short
+suffix after it is re-evaluated. The suffix is tokenized as a continuation:
+a SentencePiece vocabulary's dummy leading space (CodeLlama's
+``<PRE> prefix <SUF>suffix <MID>``) goes before the prefix only. Models
+without FIM tokens (Gemma 3) get the prefix only.
+
+Project context (snippets of other files, see ``snippets``) goes before the
+window. With repo-level tokens in the vocabulary it is laid out as the model
+was trained (Qwen2.5-Coder: ``<|repo_name|>name\n<|file_sep|>path\ntext\n ...
+<|file_sep|>current\n<|fim_prefix|>...``; StarCoder2: ``<repo_name>name
+<file_sep>path\ntext ... <file_sep><fim_prefix>current\n...``); otherwise each
+snippet is a comment block in the file's language, before the path header.
+llama.cpp finds FIM tokens from GGUF metadata or by their text, but does not
+take StarCoder2's ``<repo_name>``/``<file_sep>`` for repo-level tokens: those
+are looked up here by their text (``repo_tokens``).
 """
 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from structspec.completion.documents import uri_path
+from structspec.completion.snippets import Snippet
 from structspec.engine.decode import PASS_ROWS_RESERVE
 from structspec.model.base import Model
 from structspec.syntax.table import GrammarTableError, load_table
@@ -29,8 +44,17 @@ _CHARS_PER_TOKEN_GUESS = 4
 #: Most characters ever tokenized for a window, whatever the budget (a 1 MB
 #: line without breaks must not be tokenized on every keystroke).
 _MAX_WINDOW_CHARS_PER_TOKEN = 12
+#: Stride of the stable window starts inside a line without breaks (see ``_is_anchor``).
+ANCHOR_CHARS = 1024
 #: Suffix tokens kept in a FIM prompt (re-evaluated on every request).
 FIM_SUFFIX_TOKENS = 256
+#: Most tokens of project context before the window (and at most a third of the room).
+CONTEXT_TOKENS = 512
+#: Repo-level token spellings: (repo name, file separator, family).
+_REPO_SPELLINGS = (
+    ("<|repo_name|>", "<|file_sep|>", "qwen"),
+    ("<repo_name>", "<file_sep>", "starcoder"),
+)
 
 
 def sanitize(text: str) -> str:
@@ -44,22 +68,62 @@ def sanitize(text: str) -> str:
     return text
 
 
-def _comment_leader(language: str) -> str:
+def comment_leader(language: str) -> str:
+    """The line-comment leader of an LSP languageId ('' if unknown)."""
     try:
         return load_table().comment_leader(language)
     except GrammarTableError:
         return ""
 
 
-def header_for(uri: str, language: str) -> str:
-    """A comment line naming the file, in the language's comment syntax ('' if unknown)."""
-    leader = _comment_leader(language)
-    if not leader:
-        return ""
+def file_name(uri: str) -> str:
+    """The file name of ``uri``, safe for a one-line header ('' if none)."""
     path = uri_path(uri)
     name = posixpath.basename(path.rstrip("/")) or path
-    name = sanitize(name).replace("\n", " ").replace("\r", " ")[:200]
-    return f"{leader} Path: {name}\n" if name else ""
+    return sanitize(name).replace("\n", " ").replace("\r", " ")[:200]
+
+
+def header_for(uri: str, language: str) -> str:
+    """A comment line naming the file, in the language's comment syntax ('' if unknown)."""
+    leader = comment_leader(language)
+    name = file_name(uri)
+    return f"{leader} Path: {name}\n" if leader and name else ""
+
+
+def snippet_comment(snippet: Snippet, leader: str) -> str:
+    """A snippet as a comment block (Copilot's neighbour-snippet form)."""
+    lines = sanitize(snippet.text).split("\n")
+    body = "".join(f"{leader} {line}".rstrip() + "\n" for line in lines)
+    return f"{leader} Compare this snippet from {snippet.path}:\n{body}"
+
+
+@dataclass(frozen=True)
+class RepoTokens:
+    """Repo-level special tokens of a vocabulary, and whose layout they follow."""
+
+    repo_name: int
+    file_sep: int
+    family: str  # "qwen" or "starcoder"
+
+
+def _special_token(model: Model, text: str) -> int | None:
+    """The id of the control token spelled ``text``, if the vocabulary has one."""
+    try:
+        ids = model.tokenize(text, add_bos=False, special=True)  # type: ignore[call-arg]
+    except TypeError:  # a model without special-token parsing (the stand-in)
+        return None
+    if len(ids) == 1 and len(model.tokenize(text, add_bos=False)) > 1:
+        return ids[0]
+    return None
+
+
+def repo_tokens(model: Model) -> RepoTokens | None:
+    """The vocabulary's repo-level tokens (Qwen2.5-Coder or StarCoder2 spelling)."""
+    for repo, sep, family in _REPO_SPELLINGS:
+        repo_id, sep_id = _special_token(model, repo), _special_token(model, sep)
+        if repo_id is not None and sep_id is not None:
+            return RepoTokens(repo_id, sep_id, family)
+    return None
 
 
 @dataclass(frozen=True)
@@ -71,16 +135,28 @@ class Prompt:
     offset: int  # the cursor
     suffix_end: int  # end of the suffix window (== offset without FIM)
     fim: bool
+    context: int = 0  # project-context tokens before the window (repo-level layout)
 
 
 def _line_start_at_or_after(text: str, pos: int, limit: int) -> int:
-    """First line start in ``[pos, limit]``; ``pos`` itself when there is none."""
+    """First line start in ``[pos, limit]``, else the first anchor there (else ``limit``).
+
+    Anchors (multiples of ``ANCHOR_CHARS``) are where a window starts inside a
+    line with no break in reach (a minified file, a 1 MB single line): the same
+    anchor is found again on the next keystroke, so the prompt keeps its start.
+    """
     if pos <= 0:
         return 0
     if text[pos - 1] == "\n":
         return pos
     nl = text.find("\n", pos, limit)
-    return nl + 1 if nl >= 0 else pos
+    if nl >= 0:
+        return nl + 1
+    return min(limit, -(-pos // ANCHOR_CHARS) * ANCHOR_CHARS)
+
+
+def _is_anchor(text: str, pos: int) -> bool:
+    return pos == 0 or text[pos - 1] == "\n" or pos % ANCHOR_CHARS == 0
 
 
 def prompt_room(model: Model, max_tokens: int) -> int:
@@ -97,6 +173,10 @@ class PromptBuilder:
         self.fim = model.fim_tokens()
         bos = model.bos_token()
         self.bos: list[int] = [bos] if bos is not None else []
+        self.repo = repo_tokens(model) if self.fim is not None else None
+        # SentencePiece vocabularies put a dummy space before every tokenized text.
+        self._space_prefix = model.detokenize(model.tokenize("a", add_bos=False)) == " a"
+        self._context_cache: tuple[tuple[object, ...], tuple[list[int], str]] | None = None
 
     def build(
         self,
@@ -108,28 +188,87 @@ class PromptBuilder:
         cut_hint: int | None = None,
         max_tokens: int = 128,
         room: int | None = None,
+        context: Sequence[Snippet] = (),
     ) -> Prompt:
         """The prompt for a cursor at ``offset`` of ``text``.
 
         ``cut_hint`` is the cut of this document's previous prompt: it is kept
         whenever it still fits, which is what keeps prompts stable.
+        ``context``: snippets of other files to place before the window.
         """
         offset = max(0, min(offset, len(text)))
         room = prompt_room(self.model, max_tokens) if room is None else room
-        header = header_for(uri, language)
         suffix_tokens: list[int] = []
         suffix_end = offset
         if self.fim is not None:
             budget = min(FIM_SUFFIX_TOKENS, room // 4)
             suffix_tokens, suffix_end = self._suffix(text, offset, budget)
             room -= len(suffix_tokens) + 3
+        lead, header = self._context(uri, language, context, min(CONTEXT_TOKENS, room // 3))
+        room -= len(lead)
         cut, body = self._window(text, offset, header, max(4, room - len(self.bos)), cut_hint)
         if self.fim is not None:
             f = self.fim
-            tokens = [*self.bos, f.prefix, *body, f.suffix, *suffix_tokens, f.middle]
+            tokens = [*self.bos, *lead, f.prefix, *body, f.suffix, *suffix_tokens, f.middle]
         else:
-            tokens = [*self.bos, *body]
-        return Prompt(tokens, cut, offset, suffix_end, self.fim is not None)
+            tokens = [*self.bos, *lead, *body]
+        return Prompt(tokens, cut, offset, suffix_end, self.fim is not None, len(lead))
+
+    # -- project context ----------------------------------------------------
+    def _context(
+        self, uri: str, language: str, snippets: Sequence[Snippet], budget: int
+    ) -> tuple[list[int], str]:
+        """Tokens before the prefix and the header text before the window.
+
+        Snippets that do not fit ``budget`` (best first) are left out. The last
+        result is kept: the same snippets give the very same tokens.
+        """
+        key = (uri, language, budget, tuple(snippets))
+        if self._context_cache is not None and self._context_cache[0] == key:
+            return self._context_cache[1]
+        result = self._layout_context(uri, language, snippets, budget)
+        self._context_cache = (key, result)
+        return result
+
+    def _layout_context(
+        self, uri: str, language: str, snippets: Sequence[Snippet], budget: int
+    ) -> tuple[list[int], str]:
+        header = header_for(uri, language)
+        if not snippets:
+            return [], header
+        tok = self.model.tokenize
+        repo = self.repo
+        if repo is None:
+            leader = comment_leader(language)
+            if not leader:
+                return [], header
+            blocks = ""
+            used = len(tok(header, add_bos=False))
+            for snippet in snippets:
+                block = snippet_comment(snippet, leader)
+                n = len(tok(block, add_bos=False))
+                if used + n <= budget:
+                    blocks, used = blocks + block, used + n
+            return [], blocks + header
+        name = file_name(uri) or "untitled"
+        parent = posixpath.basename(posixpath.dirname(uri_path(uri)).rstrip("/"))
+        project = sanitize(parent).replace("\n", " ")[:100] or "project"
+        # Qwen2.5-Coder ends the repo name with a newline; StarCoder2 does not.
+        newline = "\n" if repo.family == "qwen" else ""
+        lead = [repo.repo_name, *tok(project + newline, add_bos=False)]
+        fitted = 0
+        for snippet in snippets:
+            text = f"{snippet.path}\n{sanitize(snippet.text)}\n"
+            piece = [repo.file_sep, *tok(text, add_bos=False)]
+            if len(lead) + len(piece) + 1 <= budget:
+                lead += piece
+                fitted += 1
+        if not fitted:
+            return [], header  # nothing fitted: the plain layout
+        if repo.family == "qwen":
+            return [*lead, repo.file_sep, *tok(f"{name}\n", add_bos=False)], ""
+        # StarCoder2: the current file's path follows <fim_prefix>.
+        return [*lead, repo.file_sep], f"{name}\n"
 
     # -- the window before the cursor -------------------------------------
     def _tokenize(self, header: str, text: str, cut: int, offset: int) -> list[int]:
@@ -143,7 +282,7 @@ class PromptBuilder:
             cut_hint is not None
             and 0 <= cut_hint <= offset
             and offset - cut_hint <= max_chars
-            and (cut_hint == 0 or text[cut_hint - 1] == "\n")
+            and _is_anchor(text, cut_hint)
         )
         if valid_hint:
             assert cut_hint is not None
@@ -166,8 +305,8 @@ class PromptBuilder:
             chars_per_token = max(0.25, (offset - cut) / max(1, len(tokens)))
             target = int(budget * 0.75 * chars_per_token)
             new_cut = _line_start_at_or_after(text, max(cut + 1, offset - target), offset)
-            if new_cut <= cut:
-                new_cut = min(offset, cut + max(1, (offset - cut) // 4))
+            if new_cut >= offset:
+                break  # no anchor left before the cursor: keep the last tokens
             cut = new_cut
             tokens = self._tokenize(header, text, cut, offset)
         # Pathological text (no line breaks, odd tokenization): keep the last tokens.
@@ -182,5 +321,20 @@ class PromptBuilder:
             nl = text.rfind("\n", offset, end)
             if nl > offset:
                 end = nl + 1
-        tokens = self.model.tokenize(sanitize(text[offset:end]), add_bos=False)
+        tokens = self._continuation(sanitize(text[offset:end]))
         return tokens[:budget], end
+
+    def _continuation(self, text: str) -> list[int]:
+        """Tokens of ``text`` continuing earlier text: no dummy leading space (SentencePiece)."""
+        tokenize = self.model.tokenize
+        if not self._space_prefix:
+            return tokenize(text, add_bos=False)
+        # Tokenize behind a newline (which no piece merges across) and drop it.
+        lead = tokenize("\n", add_bos=False)
+        tokens = tokenize("\n" + text, add_bos=False)
+        if tokens[: len(lead)] == lead:
+            return tokens[len(lead) :]
+        tokens = tokenize(text, add_bos=False)
+        if tokens and self.model.token_bytes(tokens[0]) == b" ":
+            tokens = tokens[1:]
+        return tokens

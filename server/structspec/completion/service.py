@@ -20,6 +20,16 @@ Settings: ``configure`` is the one way in (the language server's
 warm-up on the worker; changes arriving while one is queued share it (it reads
 the latest settings when it runs), so toggling a setting twenty times loads at
 most twice.
+
+A request goes: typing-through cache (no model) -> debounce -> worker: stable
+prompt (see ``prompt``; with ``projectContext``, snippets of the other open
+documents, see ``snippets``), corpus of the open buffers, chunked prefill
+within the latency budget (see ``prewarm``), engine stream with the
+single-line/block mode and the latency budget -> clean-up (see ``suggest``).
+
+Pre-warm: an opened document, or one the user stopped editing for
+``PREWARM_IDLE_S``, is prefilled in the background when nothing else runs;
+any request or edit abandons it between two chunks.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from structspec.completion.cache import PendingSuggestion
@@ -46,7 +56,7 @@ from structspec.completion.documents import (
     index_to_column,
     uri_path,
 )
-from structspec.completion.generate import CompletionInput, Outcome, run_completion
+from structspec.completion.generate import CompletionInput, Outcome, build_prompt, run_completion
 from structspec.completion.host import (
     EngineHost,
     EngineLoader,
@@ -56,6 +66,12 @@ from structspec.completion.host import (
     engine_key,
     model_key,
 )
+from structspec.completion.prewarm import (
+    PREWARM_IDLE_S,
+    opening_offset,
+    prefill_in_chunks,
+)
+from structspec.completion.prompt import prompt_room
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.suggest import CursorContext
 from structspec.completion.types import (
@@ -153,6 +169,8 @@ class CompletionService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sessions: dict[str, _Session] = {}
         self._recent: OrderedDict[str, None] = OrderedDict()
+        self._prewarm_timer: asyncio.TimerHandle | None = None
+        self._prewarm_job: _Job | None = None
         self._ids = itertools.count(1)
         self._busy = 0
         self._closed = False
@@ -177,12 +195,15 @@ class CompletionService:
     def open_document(self, uri: str, language: str, version: int, text: str) -> Document:
         self._touch(uri)
         self._draft_languages[uri] = draft_language(uri, language, text)
-        return self.documents.open(uri, language, version, text)
+        doc = self.documents.open(uri, language, version, text)
+        self._schedule_prewarm(uri)
+        return doc
 
     def change_document(self, uri: str, version: int, changes: Iterable[TextChange]) -> Document:
         """Apply edits; raises ``UnknownDocument`` for a URI that is not open."""
         doc = self.documents.change(uri, version, changes)
         self._touch(uri)
+        self._schedule_prewarm(uri, doc.edited_at)
         return doc
 
     def close_document(self, uri: str) -> None:
@@ -242,6 +263,7 @@ class CompletionService:
         if self._closed:
             return
         self._closed = True
+        self._abandon_prewarm()
         for session in self._sessions.values():
             if session.job is not None:
                 session.job.cancel()
@@ -297,6 +319,7 @@ class CompletionService:
         """
         self._bind_loop()
         t0 = time.perf_counter()
+        self._abandon_prewarm()
         self.stats.requests += 1
         doc = self.documents.get(request.uri)
         settings = self.settings
@@ -336,14 +359,7 @@ class CompletionService:
             session.pending = None
 
         if not shared:
-            others = [
-                DocumentSnapshot(d.uri, d.version, d.text)
-                for uri in self._recent
-                if uri != request.uri and (d := self.documents.get(uri)) is not None
-            ]
-            language = self._draft_languages.get(request.uri, doc.language)
-            inputs = CompletionInput(request.uri, text, offset, language, ctx, settings, others, t0)
-            job = _Job(session, inputs)
+            job = self._job(session, request.uri, text, offset, settings, t0, ctx)
             task = asyncio.ensure_future(self._execute(job, request.invoked))
             session.job, session.task = job, task
         assert job is not None and task is not None
@@ -387,10 +403,90 @@ class CompletionService:
             job.session.pending = PendingSuggestion.at(
                 result.id, job.input.text, job.input.offset, outcome.text
             )
+        elif outcome.unfinished and not job.cancelled():
+            # finish that prefill when idle
+            self._schedule_prewarm(job.input.uri, job.input.offset)
         self._emit_status()
         return result
 
+    def _job(
+        self,
+        session: _Session,
+        uri: str,
+        text: str,
+        offset: int,
+        settings: Settings,
+        t0: float,
+        ctx: CursorContext | None = None,
+    ) -> _Job:
+        """A job for ``uri`` with snapshots of the other open documents (on the loop)."""
+        doc = self.documents.get(uri)
+        others = [
+            DocumentSnapshot(d.uri, d.version, d.text)
+            for u in self._recent
+            if u != uri and (d := self.documents.get(u)) is not None
+        ]
+        language = self._draft_languages.get(uri, doc.language if doc is not None else "")
+        ctx = ctx or CursorContext.at(text, max(0, offset))
+        return _Job(
+            session, CompletionInput(uri, text, offset, language, ctx, settings, others, t0)
+        )
+
+    # -- pre-warm (see ``prewarm``) ------------------------------------------
+    def _schedule_prewarm(self, uri: str, offset: int | None = None) -> None:
+        """Pre-warm ``uri`` at ``offset`` (``None``: as opened) once the user pauses."""
+        self._bind_loop()
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._closed or not self.settings.prefix_reuse:
+            return
+        self._abandon_prewarm()
+        self._prewarm_timer = loop.call_later(PREWARM_IDLE_S, self._start_prewarm, uri, offset)
+
+    def _abandon_prewarm(self) -> None:
+        """A request or an edit came: stop any pre-warm (between two prefill chunks)."""
+        if self._prewarm_timer is not None:
+            self._prewarm_timer.cancel()
+            self._prewarm_timer = None
+        if self._prewarm_job is not None:
+            self._prewarm_job.cancel()
+            self._prewarm_job = None
+
+    def _start_prewarm(self, uri: str, offset: int | None) -> None:
+        self._prewarm_timer = None
+        doc = self.documents.get(uri)
+        session = self._sessions.setdefault(uri, _Session()) if doc is not None else None
+        # Lowest priority: only when no request is queued or running.
+        busy = self._busy or any(s.job is not None for s in self._sessions.values())
+        if doc is None or session is None or self._closed or busy:
+            return
+        if self.settings.languages and doc.language not in self.settings.languages:
+            return
+        at = -1 if offset is None else max(0, min(offset, len(doc.text)))
+        job = self._job(session, uri, doc.text, at, self.settings, time.perf_counter())
+        self._prewarm_job = job
+        with contextlib.suppress(RuntimeError):  # shut down
+            self._executor.submit(self._prewarm, job)
+
+    def _prewarm(self, job: _Job) -> None:
+        """Worker: evaluate the job's prompt into a KV slot until done or abandoned."""
+        inputs, host = job.input, self._host
+        if job.cancelled() or self._closed or not inputs.settings.prefix_reuse:
+            return
+        try:
+            model = host.engine_for(inputs.settings).model
+            if inputs.offset < 0:
+                room = prompt_room(model, inputs.settings.max_tokens)
+                inputs = replace(inputs, offset=opening_offset(model, inputs.text, room))
+            assert host.prompts is not None
+            prompt = build_prompt(host.prompts, host.snippets, inputs, job.session.cut)
+            job.session.cut = prompt.cut
+            if prefill_in_chunks(model, prompt.tokens[:-1], job.cancelled):
+                self.stats.prewarmed += 1
+        except Exception:  # a failed pre-warm costs nothing but its time
+            log.debug("pre-warm of %s failed", inputs.uri, exc_info=True)
+
     async def _submit(self, job: _Job) -> Outcome:
+        self._abandon_prewarm()  # a pre-warm queued meanwhile must not delay a request
         try:
             future = self._executor.submit(self._run, job)
         except RuntimeError:  # shut down
@@ -525,6 +621,7 @@ class CompletionService:
                 engine,
                 host.prompts,
                 host.corpus,
+                host.snippets,
                 job.input,
                 cut_hint=job.session.cut,
                 cancelled=job.cancelled,

@@ -24,6 +24,7 @@ class AcceptanceStats:
     served_from_cache: int = 0  # typing-through answers
     empty: int = 0  # requests answered with nothing
     cancelled: int = 0
+    prewarmed: int = 0  # documents whose prompt window was evaluated in the background
     accepted: int = 0
     accepted_chars: int = 0
     generated_tokens: int = 0
@@ -84,6 +85,7 @@ class AcceptanceStats:
             "servedFromCache": self.served_from_cache,
             "empty": self.empty,
             "cancelled": self.cancelled,
+            "prewarmed": self.prewarmed,
             "accepted": self.accepted,
             "acceptedChars": self.accepted_chars,
             "acceptance": round(self.acceptance, 4),

@@ -5,10 +5,22 @@
   newline. At the start of a block (a blank line after a line that opens one,
   or the end of such a line) a block is suggested: lines are kept until one
   dedents below the block's first line.
-- **Clean-up.** A suggestion never repeats the text after the cursor (the
-  overlap with the rest of the line, or the following lines of the file, is
-  cut), carries no trailing whitespace, and is never only whitespace (then
-  there is no suggestion at all).
+- **Clean-up** (what Tabby and llama.vim users expect):
+
+  - *no repeat of the rest of the line*: a single-line suggestion whose tail
+    repeats the text after the cursor loses that tail;
+  - *brackets balanced against the suffix*: a suggestion that closes a bracket
+    opened before the cursor, when the text after the cursor starts with that
+    same closer, is cut before it (the line keeps one closer, not two); a
+    bracket the suggestion opened itself is never cut away;
+  - *no repeat of the following lines*: a suggestion whose lines are the lines
+    that already follow the cursor is dropped, and a block is cut where it
+    starts repeating them;
+  - *indented to the cursor's block*: the lines of a multi-line block keep
+    their indentation relative to its first line, measured from the cursor's
+    column, in the document's indentation character (tabs or spaces);
+  - no trailing whitespace, and never only whitespace (then there is no
+    suggestion at all).
 """
 
 from __future__ import annotations
@@ -144,17 +156,131 @@ def cut_block(text: str, ctx: CursorContext) -> tuple[str, bool]:
     return text, False
 
 
+_OPEN_CLOSE = {"(": ")", "[": "]", "{": "}"}
+_CLOSERS = frozenset(_OPEN_CLOSE.values())
+_QUOTES = frozenset("\"'`")
+
+
+def _bracket_scan(text: str) -> tuple[int | None, int]:
+    """Brackets of ``text``, ignoring those inside quotes on a line.
+
+    Returns ``(first_unmatched_closer, still_open)``: the index of the first
+    closer whose opener lies before ``text`` (``None`` if none), and how many
+    brackets ``text`` opens and leaves open.
+    """
+    stack: list[str] = []
+    quote: str | None = None
+    escaped = False
+    first: int | None = None
+    for i, ch in enumerate(text):
+        if quote is not None:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote or ch == "\n":
+                quote = None
+            continue
+        if ch in _QUOTES:
+            quote = ch
+        elif ch in _OPEN_CLOSE:
+            stack.append(_OPEN_CLOSE[ch])
+        elif ch in _CLOSERS:
+            if stack and stack[-1] == ch:
+                stack.pop()
+            elif not stack and first is None:
+                first = i
+    return first, len(stack)
+
+
+def _balance_against_suffix(text: str, suffix: str) -> str:
+    """Cut ``text`` before a closer of a bracket opened before the cursor that the suffix has."""
+    head = suffix.lstrip()
+    if not head or head[0] not in _CLOSERS:
+        return text
+    first, _ = _bracket_scan(text)
+    if first is not None and text[first] == head[0]:
+        return text[:first].rstrip()
+    return text
+
+
 def _strip_line_overlap(text: str, suffix: str) -> str:
-    """Remove the end of ``text`` that repeats the start of ``suffix`` (the rest of the line)."""
+    """Remove the end of ``text`` that repeats the start of ``suffix`` (the rest of the line).
+
+    A cut that would leave a bracket of the suggestion's own open (``foo(bar)``
+    before a suffix ``)``) is not made: that closer is the suggestion's.
+    """
     suffix = suffix.rstrip()
     if not suffix.strip():
         return text
     body = text.rstrip()
     for k in range(min(len(body), len(suffix)), 0, -1):
         piece = suffix[:k]
-        if piece.strip() and body.endswith(piece):
+        if piece.strip() and body.endswith(piece) and _bracket_scan(body[:-k])[1] == 0:
             return body[:-k]
     return text
+
+
+def _indent_unit(ctx: CursorContext) -> str:
+    """The document's indentation character near the cursor (a tab or a space)."""
+    for line in (ctx.line_prefix, ctx.previous_line):
+        lead = line[: len(line) - len(line.lstrip())]
+        if lead:
+            return "\t" if lead[0] == "\t" else " "
+    return " "
+
+
+def _reindent(text: str, ctx: CursorContext) -> str:
+    """Indent a multi-line block to the cursor's block (see the module docstring).
+
+    On a blank line the cursor's column is the block's indentation: whitespace
+    the model put before the first line is dropped and the following lines move
+    left by as much. Leading whitespace is rewritten in the document's
+    indentation character (tab width 4).
+    """
+    lines = text.split("\n")
+    if len(lines) < 2:
+        return text
+    shift = 0
+    if not ctx.line_prefix.strip():
+        first = lines[0]
+        shift = indent_width(ctx.line_prefix + first) - indent_width(ctx.line_prefix)
+        lines[0] = first.lstrip(" \t")
+    tab = _indent_unit(ctx) == "\t"
+    out = [lines[0]]
+    for line in lines[1:]:
+        if not line.strip():
+            out.append("")
+            continue
+        width = max(0, indent_width(line) - shift)
+        lead = "\t" * (width // 4) + " " * (width % 4) if tab else " " * width
+        out.append(lead + line.lstrip(" \t"))
+    return "\n".join(out)
+
+
+def _following_lines(ctx: CursorContext, n: int) -> list[str]:
+    """The next ``n`` non-blank lines after the cursor's line, stripped."""
+    found: list[str] = []
+    for line in ctx.after.split("\n")[1:]:
+        if line.strip():
+            found.append(line.strip())
+            if len(found) == n:
+                break
+    return found
+
+
+def _repeats_following(text: str, ctx: CursorContext) -> bool:
+    """The suggestion only restates what already follows the cursor."""
+    if ctx.line_suffix.strip():
+        return text.strip() == ctx.line_suffix.strip()
+    if ctx.line_prefix.strip():
+        # The cursor ends a line: text on it completes that line (new), so only
+        # a suggestion that starts on the next line can repeat what follows.
+        first, _, text = text.partition("\n")
+        if first.strip():
+            return False
+    lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
+    return bool(lines) and _following_lines(ctx, len(lines)) == lines
 
 
 def _strip_repeated_lines(text: str, after: str) -> str:
@@ -176,15 +302,14 @@ def clean(text: str, ctx: CursorContext, mode: str) -> str | None:
     """The suggestion to show for model ``text``, or ``None`` when nothing is worth showing."""
     if mode == LINE:
         text = text.split("\n", 1)[0]
+        text = _balance_against_suffix(text, ctx.line_suffix)
         text = _strip_line_overlap(text, ctx.line_suffix)
     else:
         text, _ = cut_block(text, ctx)
         text = _strip_repeated_lines(text, ctx.after)
+        text = _reindent(text, ctx)
     # No trailing whitespace on any line, no trailing blank lines.
     text = "\n".join(line.rstrip() for line in text.split("\n")).rstrip()
-    if not text.strip():
-        return None
-    # The suggestion is exactly what already follows the cursor: nothing to add.
-    if ctx.after.lstrip().startswith(text.strip()) and ctx.after.strip():
+    if not text.strip() or _repeats_following(text, ctx):
         return None
     return text

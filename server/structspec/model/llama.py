@@ -382,15 +382,21 @@ class LlamaModel:
             n = common_prefix_len(slot.tokens, tokens)
             if n > best_len:
                 best, best_len = slot, n
-        if len(self._slots) > 1 and best_len * 2 < len(best.tokens):
+        if len(self._slots) > 1 and best_len * 2 < min(len(best.tokens), len(tokens)):
             # Continuing here would overwrite most of what this slot holds (another
             # document's prompt that shares only BOS and a header): take the least
             # recently used slot instead, so alternating documents keep their caches.
+            # A prompt that is mostly a prefix of the slot (a cursor above a
+            # pre-warmed window) is the same document: it continues here.
             best = min(self._slots, key=lambda s: s.used)
             best_len = common_prefix_len(best.tokens, tokens)
         self._slot = best
         best.used = time.monotonic()
         return best_len
+
+    def reusable_prefix(self, tokens: Sequence[int]) -> int:
+        """Tokens of ``tokens`` the best slot already holds (what ``prefill`` would reuse)."""
+        return max(common_prefix_len(slot.tokens, tokens) for slot in self._slots)
 
     def prefill(self, tokens: Sequence[int]) -> int:
         if len(tokens) + 1 > self.n_ctx:

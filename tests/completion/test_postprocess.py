@@ -1,0 +1,114 @@
+"""Post-processing of model text into a suggestion: exact expectations, no-op cases included."""
+
+from __future__ import annotations
+
+import pytest
+
+from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean
+
+
+def at(text: str, marker: str = "|") -> CursorContext:
+    """The context of the cursor written as ``marker`` in ``text``."""
+    offset = text.index(marker)
+    return CursorContext.at(text[:offset] + text[offset + len(marker) :], offset)
+
+
+# -- never repeat the text after the cursor ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("doc", "model", "shown"),
+    [
+        ("x = compute(|)\n", "a, b)", "a, b"),  # the closer the suffix already has
+        ("x = compute(|)\n", "a, b)  ", "a, b"),
+        ('print("hel|")\n', 'lo")', "lo"),  # closer and quote inside the suffix
+        ("if ok(|):\n", "x):", "x"),  # the whole rest of the line
+        ("value = |  # note\n", "1  # note", "1"),
+        ("x = compute(|)\n", ")", None),  # nothing but the rest of the line
+        ("x = |\n", "compute(1)", "compute(1)"),  # no suffix: no-op
+        ("x = compute(|) + y\n", "a", "a"),  # no overlap: no-op
+        ("x = [|] + y\n", "1, 2]", "1, 2"),
+    ],
+)
+def test_tail_repeating_the_line_suffix_is_trimmed(doc, model, shown):
+    assert clean(model, at(doc), LINE) == shown
+
+
+# -- brackets balanced against the suffix -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("doc", "model", "shown"),
+    [
+        # The suggestion's own bracket pair is kept, whatever follows.
+        ("print(|)\n", "foo(bar)", "foo(bar)"),
+        ("print(|)\n", "foo(bar))", "foo(bar)"),
+        # A closer of print( followed by more: cut before it, the suffix closes print(.
+        ("print(|)\n", "a) + len(b", "a"),
+        ("items = [f(|)]\n", "x)]", "x"),
+        # A different closer than the suffix starts with: left alone.
+        ("call(|]\n", "a)", "a)"),
+        # Brackets inside a string of the suggestion do not count.
+        ("print(|)\n", '")" + s)', '")" + s'),
+        # Suffix that is not a closer: brackets are not touched.
+        ("f(|, y)\n", "x), g(", "x), g("),
+    ],
+)
+def test_closers_balanced_against_the_suffix(doc, model, shown):
+    assert clean(model, at(doc), LINE) == shown
+
+
+# -- drop a suggestion that only repeats the following lines -----------------------
+
+
+def test_a_line_that_is_the_next_line_is_dropped():
+    doc = "def f():\n    |\n    return 1\n"
+    assert clean("return 1", at(doc), LINE) is None
+    assert clean("x = 1", at(doc), LINE) == "x = 1"  # different: shown
+    # A prefix of the next line is not a repetition of it.
+    assert clean("return", at(doc), LINE) == "return"
+
+
+def test_a_block_that_is_the_following_lines_is_dropped():
+    doc = "def f(x):\n    |\n    y = x + 1\n    return y\n"
+    assert clean("y = x + 1\n    return y", at(doc), BLOCK) is None
+    # A block that first adds a line, then repeats: cut where the repeat starts.
+    assert clean("z = 0\n    y = x + 1\n    return y", at(doc), BLOCK) == "z = 0"
+
+
+def test_after_an_opener_only_the_next_lines_count():
+    doc = "def f(x):|\n    return x\n"
+    assert clean("\n    return x", at(doc), BLOCK) is None
+    assert clean("  # doc\n    return x", at(doc), BLOCK) == "  # doc"
+
+
+# -- indent multi-line blocks to the cursor's block -----------------------------
+
+
+def test_block_on_a_blank_line_is_indented_from_the_cursor():
+    doc = "def f(x):\n    |\n"
+    # The model repeated the indentation the line already has: removed once.
+    assert clean("    y = 1\n        return y", at(doc), BLOCK) == "y = 1\n    return y"
+    # Already right: no-op.
+    assert clean("y = 1\n    if y:\n        return y", at(doc), BLOCK) == (
+        "y = 1\n    if y:\n        return y"
+    )
+
+
+def test_block_follows_the_documents_tabs():
+    doc = "def f(x):\n\t|\n"
+    assert clean("y = 1\n    if y:\n        return y", at(doc), BLOCK) == (
+        "y = 1\n\tif y:\n\t\treturn y"
+    )
+
+
+def test_block_after_an_opener_keeps_its_indentation():
+    doc = "def f(x):|\n"
+    assert clean("\n    y = 1\n    return y", at(doc), BLOCK) == "\n    y = 1\n    return y"
+
+
+def test_single_line_and_whitespace_edge_cases():
+    assert clean("   \n", at("print(x|)"), LINE) is None
+    assert clean("a = 1   \nb", at("|"), LINE) == "a = 1"
+    assert clean("", at("|"), BLOCK) is None
+    assert clean("x", at("|"), BLOCK) == "x"

@@ -1,0 +1,155 @@
+"""Project context: neighbour snippets chosen by Jaccard similarity, stable while typing."""
+
+from __future__ import annotations
+
+from structspec.completion.prompt import PromptBuilder, snippet_comment
+from structspec.completion.snippets import (
+    MAX_LINE_CHARS,
+    RECHOOSE_LINES,
+    Neighbour,
+    Snippet,
+    SnippetChooser,
+    best_windows,
+    jaccard,
+    query_lines,
+)
+from structspec.model.standin import BOS, StandInModel
+
+FILLER = "".join(f"unrelated_{i} = other_{i}\n" for i in range(60))
+COUNTING = "count = count + 1\n" * 60
+HELPERS = (
+    COUNTING
+    + "def load_config(path):\n    with open(path) as fh:\n        return parse_config(fh)\n"
+    + COUNTING
+)
+
+
+def neighbour(uri: str, text: str, version: int = 1) -> Neighbour:
+    return Neighbour(uri, uri.rsplit("/", 1)[-1], version, text)
+
+
+def test_jaccard_and_query():
+    assert jaccard(frozenset("ab"), frozenset("bc")) == 1 / 3
+    assert jaccard(frozenset(), frozenset()) == 0.0
+    text = "".join(f"l{i}\n" for i in range(30)) + "x = "
+    lines = query_lines(text, len(text))
+    assert lines[-1] == "x = " and len(lines) == 21 and lines[0] == ""  # 20 breaks back
+
+
+def test_the_most_similar_window_wins():
+    query = ["cfg = load_config(path)", "data = parse_config(cfg)"]
+    found = best_windows(query, [neighbour("file:///p/helpers.py", HELPERS)])
+    assert len(found) == 1
+    assert "def load_config(path):" in found[0].text
+    assert found[0].path == "helpers.py" and found[0].score > 0.1
+    # A document sharing no identifier gives nothing (no snippet below MIN_SCORE).
+    assert best_windows(query, [neighbour("file:///p/other.py", FILLER)]) == []
+    assert best_windows([""], [neighbour("file:///p/helpers.py", HELPERS)]) == []
+
+
+def test_snippets_stay_while_typing_in_one_place():
+    chooser = SnippetChooser()
+    others = [neighbour("file:///p/helpers.py", HELPERS)]
+    text = "import x\n" * 50 + "cfg = load_config(path)\n"
+    first = chooser.choose("file:///p/a.py", text, len(text), others)
+    assert first and chooser.choices == 1
+    for typed in ("d", "da", "dat", "data = parse_config(cfg)\nmore"):
+        doc = text + typed
+        assert chooser.choose("file:///p/a.py", doc, len(doc), others) is first
+    assert chooser.choices == 1
+    # A few lines up: still the same choice.
+    up = text.rfind("\n", 0, len(text) - 200)
+    assert chooser.choose("file:///p/a.py", text, up, others) is first
+    # Far away (more than RECHOOSE_LINES lines): chosen again.
+    far = text.index("\n") + 1
+    assert text.count("\n", far, len(text)) > RECHOOSE_LINES
+    chooser.choose("file:///p/a.py", text, far, others)
+    assert chooser.choices == 2
+    # Another file changed: chosen again.
+    changed = [neighbour("file:///p/helpers.py", HELPERS + "x\n", version=2)]
+    chooser.choose("file:///p/a.py", text, far, changed)
+    assert chooser.choices == 3
+
+
+def test_snippets_are_comments_before_the_window_without_fim():
+    model = StandInModel(n_ctx=2048)
+    builder = PromptBuilder(model)
+    snippet = Snippet("file:///p/b.py", "b.py", "def g(y):\n    return y", 0.5)
+    text = "x = g(1)\n"
+    plain = builder.build(text, len(text), uri="file:///p/a.py", language="python")
+    with_context = builder.build(
+        text, len(text), uri="file:///p/a.py", language="python", context=[snippet]
+    )
+    comment = snippet_comment(snippet, "#")
+    assert comment == "# Compare this snippet from b.py:\n# def g(y):\n#     return y\n"
+    assert with_context.tokens == [BOS, *model.tokenize(comment, add_bos=False), *plain.tokens[1:]]
+    # Plain text has no comment syntax: no context rather than text the model mistakes for code.
+    assert builder.build(text, len(text), uri="file:///p/a.txt", context=[snippet]).tokens == (
+        builder.build(text, len(text), uri="file:///p/a.txt").tokens
+    )
+
+
+def test_snippets_that_do_not_fit_the_budget_are_left_out():
+    model = StandInModel(n_ctx=512)
+    builder = PromptBuilder(model)
+    big = Snippet("file:///p/big.py", "big.py", "x = 1\n" * 400, 0.9)
+    small = Snippet("file:///p/s.py", "s.py", "y = 2", 0.5)
+    p = builder.build("z = ", 4, uri="file:///p/a.py", language="python", context=[big, small])
+    text = model.detokenize(p.tokens)
+    assert "s.py" not in text or "y = 2" in text
+    assert "x = 1\n" * 10 not in text and "y = 2" in text
+    assert len(p.tokens) <= 512
+
+
+class _Recording(StandInModel):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.prompts: list[list[int]] = []
+        self.reused: list[int] = []
+
+    def prefill(self, tokens):
+        reused = super().prefill(tokens)
+        self.prompts.append(list(tokens))
+        self.reused.append(reused)
+        return reused
+
+
+async def test_the_service_keeps_the_snippets_and_their_cache_while_typing():
+    from structspec.completion.documents import Range, TextChange
+    from structspec.completion.service import CompletionRequest, CompletionService
+    from structspec.config import Settings
+
+    model = _Recording(n_ctx=4096, eos_bias=-3.0)
+    svc = CompletionService(
+        Settings(
+            model="standin", debounce_ms=0, max_tokens=4, sources=("lookup",), project_context=True
+        ),
+        open_model=lambda spec, **kw: model,
+    )
+    svc.open_document("file:///p/helpers.py", "python", 1, HELPERS)
+    text = "import x\n" * 30 + "cfg = load_config(path)\n"
+    svc.open_document("file:///p/a.py", "python", 1, text)
+    line = text.count("\n")
+    await svc.complete(CompletionRequest("file:///p/a.py", line, 0, invoked=True))
+    first = model.detokenize(model.prompts[-1])
+    assert "ompare this snippet from helpers.py" in first and "load_config(path):" in first
+    model.prompts.clear()
+    model.reused.clear()
+    for i, ch in enumerate("data = parse_config(cfg)"):
+        svc.change_document("file:///p/a.py", 2 + i, [TextChange(ch, Range(line, i, line, i))])
+        await svc.complete(CompletionRequest("file:///p/a.py", line, i + 1, invoked=True))
+    assert len(model.prompts) >= 3  # not all typed through the cache
+    for prompt, reused in zip(model.prompts, model.reused, strict=True):
+        # Only the typed characters since the last model request are new.
+        assert reused >= len(prompt) - 24
+        # The snippets come before the window: all of them are in the reused part.
+        assert "def load_config(path):" in model.detokenize(prompt[:reused])
+    assert svc._snippets.choices == 1
+    svc.close()
+    assert svc.join()
+
+
+def test_huge_lines_are_quoted_short():
+    minified = "load_config(path);" * 50_000  # one 900 KB line
+    found = best_windows(["cfg = load_config(path)"], [neighbour("file:///p/min.js", minified)])
+    assert len(found) == 1 and len(found[0].text) == MAX_LINE_CHARS
