@@ -121,7 +121,7 @@ async def test_the_suffix_reaches_the_model(tiny: tuple[TinyVocab, LlamaModel]):
     service = CompletionService(
         Settings(model=str(vocab.path), debounce_ms=0, max_tokens=4, sources=("lookup",)),
         open_model=lambda spec, **kw: model,
-        load_engine=lambda settings, model, **kw: Engine(model),
+        load_engine=lambda settings, model, **kw: (Engine(model), []),
     )
     service.open_document(URI, "python", 1, DOC)
     await service.complete(CompletionRequest(URI, 1, len("    return "), invoked=True))

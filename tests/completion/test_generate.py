@@ -9,6 +9,7 @@ import numpy as np
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
 from structspec.completion.generate import CompletionInput, run_completion
 from structspec.completion.prompt import PromptBuilder
+from structspec.completion.snippets import SnippetChooser
 from structspec.completion.suggest import BLOCK, CursorContext
 from structspec.config import Settings
 from structspec.engine.decode import Engine
@@ -44,7 +45,9 @@ def complete(model, settings: Settings, *, clock=None, others=(), text: str = TE
     cursor = CursorContext.at(text, len(text))
     job = CompletionInput("file:///a.py", text, len(text), "python", cursor, settings, others)
     kwargs = {"clock": clock} if clock is not None else {}
-    return engine, run_completion(engine, PromptBuilder(model), CorpusCache(), job, **kwargs)
+    return engine, run_completion(
+        engine, PromptBuilder(model), CorpusCache(), SnippetChooser(), job, **kwargs
+    )
 
 
 def test_a_block_is_written_whole_within_the_budget() -> None:
@@ -69,7 +72,7 @@ def test_cancelled_before_generating_returns_nothing() -> None:
     cursor = CursorContext.at(TEXT, len(TEXT))
     job = CompletionInput("file:///a.py", TEXT, len(TEXT), "python", cursor, settings)
     prompts, corpus = PromptBuilder(model), CorpusCache()
-    outcome = run_completion(engine, prompts, corpus, job, cancelled=lambda: True)
+    outcome = run_completion(engine, prompts, corpus, SnippetChooser(), job, cancelled=lambda: True)
     assert outcome.cancelled and outcome.text is None
 
 

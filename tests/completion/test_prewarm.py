@@ -167,6 +167,7 @@ async def test_an_edit_elsewhere_is_prewarmed_after_a_pause():
 
 
 async def test_latency_budget_holds_during_prefill_and_progress_is_kept(monkeypatch):
+    from structspec.completion import generate as generate_module
     from structspec.completion import service as service_module
 
     class Clock:
@@ -178,7 +179,8 @@ async def test_latency_budget_holds_during_prefill_and_progress_is_kept(monkeypa
             return self.now
 
     clock = Clock()
-    monkeypatch.setattr(service_module, "time", clock)
+    monkeypatch.setattr(service_module, "time", clock)  # the request's t0
+    monkeypatch.setattr(generate_module, "time", clock)  # the budget during prefill
 
     class SlowChunks(RecordingStandIn):
         def prefill(self, tokens: Sequence[int]) -> int:

@@ -94,9 +94,13 @@ def run_completion(
     *,
     cut_hint: int | None = None,
     cancelled: Callable[[], bool] = lambda: False,
-    clock: Callable[[], float] = time.perf_counter,
+    clock: Callable[[], float] | None = None,
 ) -> Outcome:
-    """Generate and clean one suggestion (see the module docstring)."""
+    """Generate and clean one suggestion (see the module docstring).
+
+    ``clock`` (default ``time.perf_counter``) must be the clock ``job.t0`` was read from.
+    """
+    clock = clock or time.perf_counter
     model = engine.model
     settings = job.settings
     prompt = build_prompt(prompts, snippets, job, cut_hint)
