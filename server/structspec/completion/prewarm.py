@@ -54,11 +54,15 @@ def prefill_in_chunks(
     whose own prefill evaluates the rest in one go.
     """
     done = reusable_prefix(model, tokens)
+    part = getattr(model, "prefill_part", None)  # chooses the KV slot for the whole prompt
     while len(tokens) - done > leave:
         if stop():
             return False
         done = min(len(tokens), done + chunk)
-        model.prefill(tokens[:done])
+        if callable(part):
+            part(tokens, done)
+        else:
+            model.prefill(tokens[:done])
     return True
 
 

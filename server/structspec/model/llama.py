@@ -401,7 +401,20 @@ class LlamaModel:
     def prefill(self, tokens: Sequence[int]) -> int:
         if len(tokens) + 1 > self.n_ctx:
             raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
+        return self._fill(tokens, self._select_slot(tokens))
+
+    def prefill_part(self, tokens: Sequence[int], n: int) -> int:
+        """``prefill(tokens[:n])`` in the slot ``prefill(tokens)`` would use (a chunk of it).
+
+        A chunk alone could look like another document's start and take its slot.
+        """
+        if len(tokens) + 1 > self.n_ctx:
+            raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
         reused = self._select_slot(tokens)
+        return self._fill(tokens[:n], min(reused, n))
+
+    def _fill(self, tokens: Sequence[int], reused: int) -> int:
+        """Evaluate ``tokens`` after the first ``reused`` the current slot holds."""
         self.truncate(reused)
         reused = len(self._slot.tokens)
         for start in range(reused, len(tokens), self.n_batch):
