@@ -131,14 +131,32 @@ def test_planner_respects_limit():
     assert planner.plan(ctx, [Fixed("good", [4] * 15)], 0, 5.0) is None
 
 
-def test_declined_key_drifts_back_to_its_prior():
-    c = AcceptanceEstimator({"s": 0.8}, forget_decay=0.9)
-    for _ in range(30):
-        c.observe("s", drafted=1, accepted=0)
-    low = c.prob("s", 0)
-    for _ in range(100):
-        c.forget("s")
-    assert low < 0.2 < 0.75 < c.prob("s", 0)
+def test_declined_proposals_are_scored_by_the_text_that_followed() -> None:
+    # "s" starts below break-even and is never sent, yet the text keeps doing what it
+    # proposed: its estimate must rise until it is sent.
+    planner = DraftPlanner(CPU, AcceptanceEstimator({"s": 0.1}))
+    ctx = DraftContext(StandInModel(), [0, 5], 2)
+    source = [Fixed("s", [4] * 8)]
+    planner.start_generation()
+    assert planner.plan(ctx, source, 15, 5.0) is None
+    sent = None
+    for _ in range(40):
+        ctx.tokens.append(4)  # the model chose what "s" proposed
+        plan = planner.plan(ctx, source, 15, 5.0)
+        sent = sent or plan
+    assert sent is not None and sent.draft.source == "s"
+    assert planner.acceptance.prob("s", 0) > 0.8
+
+
+def test_a_wrong_proposal_is_scored_at_its_first_wrong_token() -> None:
+    planner = DraftPlanner(CPU, AcceptanceEstimator({"s": 0.5}, prior_weight=1.0))
+    ctx = DraftContext(StandInModel(), [0, 5], 2)
+    planner.plan(ctx, [Fixed("s", [4, 4, 4])], 15, 5.0)
+    ctx.tokens += [4, 7]  # first token right, second wrong
+    planner.plan(ctx, [], 15, 5.0)
+    trials = planner.acceptance._trials["s"]
+    hits = planner.acceptance._hits["s"]
+    assert trials[:3] == [1.0, 1.0, 0.0] and hits[:2] == [1.0, 0.0]
 
 
 def test_a_generation_behind_greedy_drafts_only_clear_wins():

@@ -133,14 +133,12 @@ class AcceptanceEstimator:
         default_prior: float = 0.5,
         prior_weight: float = 3.0,
         decay: float = 0.95,
-        forget_decay: float = 0.99,
         max_k: int = MAX_ROWS - 1,
     ) -> None:
         self.priors = dict(priors or {})
         self.default_prior = default_prior
         self.prior_weight = prior_weight
         self.decay = decay
-        self.forget_decay = forget_decay
         self.max_k = max_k
         self._trials: dict[str, list[float]] = {}
         self._hits: dict[str, list[float]] = {}
@@ -179,20 +177,6 @@ class AcceptanceEstimator:
     def prob(self, key: str, i: int) -> float:
         """Estimated acceptance of draft position ``i`` (0-based) for ``key``."""
         return self.probs(key, min(i, self.max_k - 1) + 1)[-1]
-
-    def forget(self, key: str) -> None:
-        """A draft of ``key`` was declined: drift its estimate back towards the prior.
-
-        Without this a key whose estimate fell below the break-even point would
-        never be drafted again, so never observed again, and stay low forever;
-        drifting back lets it be tried again once in a while.
-        """
-        trials, hits = self._trials.get(key), self._hits.get(key)
-        if trials is None or hits is None:
-            return
-        for i in range(self.max_k):
-            trials[i] *= self.forget_decay
-            hits[i] *= self.forget_decay
 
     def observe(self, key: str, drafted: int, accepted: int) -> None:
         """Positions ``< accepted`` succeeded, position ``accepted`` failed, the rest unseen."""
@@ -290,21 +274,32 @@ class DraftPlanner:
         #: Milliseconds this generation's drafts saved (negative: lost) against
         #: greedy, by the cost table: sum of (accepted + 1) * t(1) - t(rows).
         self.balance_ms = 0.0
+        #: Proposals of this generation not scored yet: (length of the text
+        #: when proposed, statistics key, tokens), and the text they continue.
+        self._shadow: list[tuple[int, str, tuple[int, ...]]] = []
+        self._ctx: DraftContext | None = None
+        self._generation = -1
 
     def start_generation(self) -> None:
         """A new generation keeps its own balance (statistics carry over)."""
         self.balance_ms = 0.0
+        self._settle(final=True)
 
     def plan(
         self, ctx: DraftContext, sources: Sequence[DraftSource], limit: int, margin: float
     ) -> Plan | None:
         """The draft worth verifying next (at most ``limit`` tokens), or ``None``: a plain step."""
+        if ctx is not self._ctx or ctx.generation != self._generation:
+            self._settle(final=True)
+            self._ctx, self._generation = ctx, ctx.generation
+        self._settle()
         limit = min(limit, self.cost.max_rows - 1)
         if limit <= 0:
             return None
         scale = self.gate.scale(margin) if self.gate else 1.0
         floor = self.min_gain if self.balance_ms >= 0.0 else self.min_gain_behind
         best: Plan | None = None
+        start = len(ctx.tokens)
         for source in sources:
             ctx.max_tokens = ctx.policy.cap(source.name, limit)
             if ctx.max_tokens <= 0:
@@ -313,9 +308,9 @@ class DraftPlanner:
             if draft is None or not draft.tokens:
                 continue
             tokens = draft.tokens[: ctx.max_tokens]
+            self._shadow.append((start, draft.key, tokens))
             k, gain = self.cost.best_k(self.acceptance.probs(draft.key, len(tokens)), scale)
             if k == 0 or gain <= floor:
-                self.acceptance.forget(draft.key)
                 continue
             if best is not None and gain <= best.gain:
                 continue
@@ -324,9 +319,42 @@ class DraftPlanner:
             best = Plan(Draft(tokens[: rows - 1], draft.source, draft.tier), gain)
         return best
 
+    def _settle(self, *, final: bool = False) -> None:
+        """Score every proposal whose fate the text now tells, sent or not.
+
+        The text that followed a proposal is the model's own (the output is
+        the greedy output whatever was drafted), so a proposal the planner
+        declined is scored as if it had been sent, once the output has grown
+        past its first wrong token or its end. Every key is thereby observed
+        whenever its source proposes, not only when it wins a pass: no estimate
+        sticks below the break-even point for want of trials. ``final`` (the
+        generation ended) scores what is left on the tokens known so far.
+        """
+        if self._ctx is None or not self._shadow:
+            return
+        text = self._ctx.tokens
+        keep: list[tuple[int, str, tuple[int, ...]]] = []
+        for start, key, tokens in self._shadow:
+            known = len(text) - start
+            accepted = 0
+            while (
+                accepted < len(tokens)
+                and accepted < known
+                and tokens[accepted] == text[start + accepted]
+            ):
+                accepted += 1
+            if accepted < min(known, len(tokens)) or accepted == len(tokens):
+                self.acceptance.observe(key, len(tokens), accepted)
+            elif final:
+                self.acceptance.observe(key, accepted, accepted)  # later positions unseen
+            else:
+                keep.append((start, key, tokens))
+        self._shadow = keep
+
     def observe(self, plan: Plan, accepted: int, margin: float) -> None:
+        """The pass of ``plan`` accepted ``accepted`` tokens (its source's key is scored by
+        ``_settle`` with every other proposal)."""
         rows = len(plan.draft.tokens) + 1
         self.balance_ms += (accepted + 1) * self.cost.t(1) - self.cost.t(rows)
-        self.acceptance.observe(plan.draft.key, len(plan.draft.tokens), accepted)
         if self.gate is not None:
             self.gate.observe(margin, accepted > 0)
