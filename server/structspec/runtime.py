@@ -31,6 +31,7 @@ from structspec.engine.control import (
     CostModel,
     DraftPlanner,
     MarginGate,
+    TokenClassGate,
     measure_cost,
 )
 from structspec.engine.decode import Engine
@@ -165,7 +166,9 @@ def _cost_cache_path(model: GGUFModel) -> Path:
 
 
 def make_planner(cost: CostModel, sources: Sequence[DraftSource] = ()) -> DraftPlanner:
-    return DraftPlanner(cost, AcceptanceEstimator(priors_for(sources)), MarginGate())
+    return DraftPlanner(
+        cost, AcceptanceEstimator(priors_for(sources)), MarginGate(), classes=TokenClassGate()
+    )
 
 
 def load_engine(

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from structspec.drafts.base import Draft, DraftContext, DraftSource
+from structspec.model.base import Model
 
 MAX_ROWS = 16
 
@@ -124,6 +125,13 @@ class AcceptanceEstimator:
     ``prior_weight`` pseudo-trials at the source's prior rate starts it off and
     keeps rare keys sane; a ``source:tier`` key borrows its source's estimate
     as its prior.
+
+    The decay is fast on purpose: the planner scores every proposal (see
+    ``DraftPlanner._settle``), so a key is observed on most passes, and what
+    its last few proposals did predicts the next one better than a long
+    average (a copy that is running keeps running). Replaying the HumanEval
+    and mixed-suite recordings, decay 0.7 with 6 prior pseudo-trials beat
+    0.95 with 3 by 4% and 2% of predicted time.
     """
 
     def __init__(
@@ -131,8 +139,8 @@ class AcceptanceEstimator:
         priors: dict[str, float] | None = None,
         *,
         default_prior: float = 0.5,
-        prior_weight: float = 3.0,
-        decay: float = 0.95,
+        prior_weight: float = 6.0,
+        decay: float = 0.7,
         max_k: int = MAX_ROWS - 1,
     ) -> None:
         self.priors = dict(priors or {})
@@ -238,6 +246,67 @@ class MarginGate:
         self._hits[b] += 1.0 if accepted_first else 0.0
 
 
+class TokenClassGate:
+    """Scales the acceptance of a drafted token by what kind of token it is.
+
+    Copies break at some kinds of tokens more than at others: replaying
+    HumanEval greedy outputs, a long lookup copy's token after a number or
+    operator is a number that differs from the copied one a third of the time,
+    where other tokens follow the copy 96% of the time. Per class of token
+    (newline, space, word, number, other) it tracks how often a drafted token
+    past the first is accepted given the ones before it were, relative to all
+    classes, shrunk towards 1 while a class has few samples.
+    """
+
+    CLASSES = ("newline", "space", "word", "number", "other")
+
+    def __init__(self, *, weight: float = 20.0, decay: float = 0.999) -> None:
+        self.weight = weight
+        self.decay = decay
+        self._trials = [0.0] * len(self.CLASSES)
+        self._hits = [0.0] * len(self.CLASSES)
+        self._class: dict[int, int] = {}
+
+    def token_class(self, model: Model, token: int) -> int:
+        c = self._class.get(token)
+        if c is None:
+            text = model.token_bytes(token).decode("utf-8", "replace")
+            core = text.strip()
+            if "\n" in text:
+                c = 0
+            elif not core:
+                c = 1
+            elif core.isdigit():
+                c = 3
+            elif core.replace("_", "a").isalnum():
+                c = 2
+            else:
+                c = 4
+            self._class[token] = c
+        return c
+
+    def scales(self, model: Model, tokens: Sequence[int]) -> list[float]:
+        """A factor per drafted token (1 for the first: the margin gate weighs that one)."""
+        total_t, total_h = sum(self._trials), sum(self._hits)
+        if total_t < 1.0:
+            return [1.0] * len(tokens)
+        overall = (total_h + 0.5) / (total_t + 1.0)
+        out = [1.0]
+        for tok in tokens[1:]:
+            c = self.token_class(model, tok)
+            rate = (self._hits[c] + overall * self.weight) / (self._trials[c] + self.weight)
+            out.append(min(1.0 / overall, rate / overall))
+        return out
+
+    def observe(self, model: Model, tokens: Sequence[int], accepted: int) -> None:
+        for j in range(1, min(accepted + 1, len(tokens))):
+            c = self.token_class(model, tokens[j])
+            self._trials = [t * self.decay for t in self._trials]
+            self._hits = [h * self.decay for h in self._hits]
+            self._trials[c] += 1.0
+            self._hits[c] += 1.0 if j < accepted else 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What one pass verifies: ``draft`` (possibly padded) and the gain expected of it."""
@@ -263,12 +332,14 @@ class DraftPlanner:
         acceptance: AcceptanceEstimator | None = None,
         gate: MarginGate | None = None,
         *,
+        classes: TokenClassGate | None = None,
         min_gain: float = 1.0,
         min_gain_behind: float = 1.1,
     ) -> None:
         self.cost = cost
         self.acceptance = acceptance or AcceptanceEstimator()
         self.gate = gate
+        self.classes = classes
         self.min_gain = min_gain
         self.min_gain_behind = min_gain_behind
         #: Milliseconds this generation's drafts saved (negative: lost) against
@@ -309,7 +380,11 @@ class DraftPlanner:
                 continue
             tokens = draft.tokens[: ctx.max_tokens]
             self._shadow.append((start, draft.key, tokens))
-            k, gain = self.cost.best_k(self.acceptance.probs(draft.key, len(tokens)), scale)
+            probs = self.acceptance.probs(draft.key, len(tokens))
+            if self.classes is not None:
+                factors = self.classes.scales(ctx.model, tokens)
+                probs = [min(1.0, p * f) for p, f in zip(probs, factors, strict=True)]
+            k, gain = self.cost.best_k(probs, scale)
             if k == 0 or gain <= floor:
                 continue
             if best is not None and gain <= best.gain:
@@ -345,6 +420,8 @@ class DraftPlanner:
                 accepted += 1
             if accepted < min(known, len(tokens)) or accepted == len(tokens):
                 self.acceptance.observe(key, len(tokens), accepted)
+                if self.classes is not None:
+                    self.classes.observe(self._ctx.model, tokens, accepted)
             elif final:
                 self.acceptance.observe(key, accepted, accepted)  # later positions unseen
             else:
