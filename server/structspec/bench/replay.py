@@ -253,14 +253,8 @@ class OraclePlanner(DraftPlanner):
         future = self.truth(len(ctx.tokens))
         best: Plan | None = None
         best_rate = 1.0 / self.cost.t(1)
-        for source in sources:
-            ctx.max_tokens = ctx.policy.cap(source.name, limit)
-            if ctx.max_tokens <= 0:
-                continue
-            draft = source.propose(ctx)
-            if draft is None or not draft.tokens:
-                continue
-            tokens = draft.tokens[: ctx.max_tokens]
+        for draft in self.proposals(ctx, sources, limit):
+            tokens = draft.tokens
             accepted = 0
             while (
                 accepted < len(tokens)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from structspec.drafts.base import Draft, DraftContext, DraftSource
@@ -371,14 +371,8 @@ class DraftPlanner:
         floor = self.min_gain if self.balance_ms >= 0.0 else self.min_gain_behind
         best: Plan | None = None
         start = len(ctx.tokens)
-        for source in sources:
-            ctx.max_tokens = ctx.policy.cap(source.name, limit)
-            if ctx.max_tokens <= 0:
-                continue
-            draft = source.propose(ctx)
-            if draft is None or not draft.tokens:
-                continue
-            tokens = draft.tokens[: ctx.max_tokens]
+        for draft in self.proposals(ctx, sources, limit):
+            tokens = draft.tokens
             self._shadow.append((start, draft.key, tokens))
             probs = self.acceptance.probs(draft.key, len(tokens))
             if self.classes is not None:
@@ -393,6 +387,17 @@ class DraftPlanner:
             rows = min(self.cost.padded_rows(k + 1), len(tokens) + 1)
             best = Plan(Draft(tokens[: rows - 1], draft.source, draft.tier), gain)
         return best
+
+    @staticmethod
+    def proposals(ctx: DraftContext, sources: Sequence[DraftSource], limit: int) -> Iterator[Draft]:
+        """Each source's draft, cut to what the buffer's policy lets it draft now."""
+        for source in sources:
+            ctx.max_tokens = ctx.policy.cap(source.name, limit)
+            if ctx.max_tokens <= 0:
+                continue
+            draft = source.propose(ctx)
+            if draft is not None and draft.tokens:
+                yield Draft(draft.tokens[: ctx.max_tokens], draft.source, draft.tier)
 
     def _settle(self, *, final: bool = False) -> None:
         """Score every proposal whose fate the text now tells, sent or not.
