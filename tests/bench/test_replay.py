@@ -50,6 +50,8 @@ def test_replay_reproduces_the_output_and_is_deterministic() -> None:
     assert first.tokens == sum(len([t for t in p.output if t != 1]) for p in rec.prompts)
     assert first.drafted > 0 and first.passes < first.tokens  # drafts were accepted
     assert first.speedup > 1.0
+    assert set(first.per_prompt) == {p.id for p in rec.prompts}
+    assert first.slowest[1] == min(first.per_prompt.values()) > 0.0
 
 
 def test_a_changed_planner_changes_the_hash() -> None:

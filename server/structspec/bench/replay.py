@@ -221,10 +221,20 @@ class ReplayResult:
     #: SHA-256 over every proposal of every source, kept by the planner or not.
     proposals_digest: str = ""
     mismatches: list[str] = field(default_factory=list)
+    #: Predicted speed-up of each prompt, by id.
+    per_prompt: dict[str, float] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
         return self.greedy_ms / self.predicted_ms if self.predicted_ms else 0.0
+
+    @property
+    def slowest(self) -> tuple[str, float]:
+        """The prompt with the lowest predicted speed-up, and that speed-up."""
+        if not self.per_prompt:
+            return "", 0.0
+        pid = min(self.per_prompt, key=lambda k: self.per_prompt[k])
+        return pid, self.per_prompt[pid]
 
 
 class OraclePlanner(DraftPlanner):
@@ -329,6 +339,7 @@ def replay(
             result.mismatches.append(rec.id)
         result.prompts += 1
         result.tokens += len(out.tokens)
+        prompt_ms = 0.0
         for trace, draft in zip(out.stats.trace, drafts, strict=True):
             h.update(
                 f"{rec.id}\t{trace.index}\t{trace.source}\t"
@@ -337,7 +348,7 @@ def replay(
             result.passes += 1
             result.drafted += trace.drafted
             result.accepted += trace.accepted
-            result.predicted_ms += cost.t(trace.drafted + 1)
+            prompt_ms += cost.t(trace.drafted + 1)
             if trace.drafted:
                 s = result.by_source.setdefault(trace.source, [0, 0])
                 s[0] += trace.drafted
@@ -345,6 +356,8 @@ def replay(
         # Greedy makes one pass per token, plus the one that chose the end of generation.
         greedy_passes = len(out.tokens) + (out.stop_reason == "eos")
         result.greedy_ms += cost.t(1) * greedy_passes
+        result.predicted_ms += prompt_ms
+        result.per_prompt[rec.id] = cost.t(1) * greedy_passes / prompt_ms if prompt_ms else 0.0
     result.digest = h.hexdigest()
     result.proposals_digest = proposals.hexdigest()
     return result
@@ -416,6 +429,7 @@ def report(result: ReplayResult, recording: Recording) -> str:
         f"({recording.model}, cost table of {recording.threads} threads)",
         f"predicted: {result.predicted_ms:.1f} ms vs greedy {result.greedy_ms:.1f} ms: "
         f"speed-up {result.speedup:.3f}x, {result.tokens / max(result.passes, 1):.2f} tokens/pass",
+        "slowest prompt: {} {:.3f}x".format(*result.slowest),
     ]
     for key, (drafted, accepted) in sorted(result.by_source.items()):
         lines.append(f"  {key}: drafted {drafted}, accepted {accepted}")
@@ -436,7 +450,7 @@ def replay_markdown(
     controls = list(dict.fromkeys(c for _, _, results in rows for c in results))
     head = ["recording", "prompts x tokens"]
     for c in controls:
-        head += [f"{c} speed-up", f"{c} tokens/pass"]
+        head += [f"{c} speed-up", f"{c} tokens/pass", f"{c} slowest prompt"]
     if "oracle" in controls and "planner" in controls:
         head.append("planner / oracle")
     lines = [
@@ -454,6 +468,7 @@ def replay_markdown(
             cells += [
                 f"{r.speedup:.3f}x" if r else "",
                 f"{r.tokens / max(r.passes, 1):.2f}" if r else "",
+                f"{r.slowest[1]:.3f}x" if r else "",
             ]
         if "oracle" in results and "planner" in results:
             cells.append(f"{results['planner'].speedup / results['oracle'].speedup:.3f}")
