@@ -152,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
     check_writable(args.json_out, args.trace_csv, args.markdown_out, args.plot)  # before the run
     if args.replay:
         return _run_replay(args)
+    if args.oracle:
+        raise UserError("--oracle needs --replay RECORDING")
     if args.suite == "editor":
         return _run_editor(args)
     modes = list(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))
