@@ -28,6 +28,7 @@ from structspec.drafts.domain import domain_policy
 from structspec.drafts.registry import build_sources
 from structspec.engine.control import (
     AcceptanceEstimator,
+    AgreementGate,
     CostModel,
     DraftPlanner,
     MarginGate,
@@ -167,7 +168,11 @@ def _cost_cache_path(model: GGUFModel) -> Path:
 
 def make_planner(cost: CostModel, sources: Sequence[DraftSource] = ()) -> DraftPlanner:
     return DraftPlanner(
-        cost, AcceptanceEstimator(priors_for(sources)), MarginGate(), classes=TokenClassGate()
+        cost,
+        AcceptanceEstimator(priors_for(sources)),
+        MarginGate(),
+        classes=TokenClassGate(),
+        agreement=AgreementGate(),
     )
 
 

@@ -190,3 +190,15 @@ def test_token_class_gate_learns_where_copies_break() -> None:
         gate.observe(model, [word, digit, word], 1)  # the number broke the copy
     first, on_digit, on_word = gate.scales(model, [word, digit, word])
     assert first == 1.0 and on_digit < 0.5 < 1.0 < on_word
+
+
+def test_agreement_gate_trusts_sources_that_agree() -> None:
+    from structspec.engine.control import AgreementGate
+
+    gate = AgreementGate(weight=2.0)
+    assert gate.scale("rules", "agree") == 1.0  # nothing learnt yet
+    for _ in range(50):
+        gate.observe("rules", "agree", True)
+        gate.observe("rules", "disagree", False)
+    assert gate.scale("rules", "disagree") < 0.5 < 1.0 < gate.scale("rules", "agree")
+    assert gate.scale("lookup", "agree") == 1.0  # per source
