@@ -24,6 +24,11 @@ tokens: they cost nothing extra and may be accepted.
 - ``MarginGate`` scales the expectation by how the acceptance of the first
   draft token depends on the top-1/top-2 margin of the last verified row: a
   confident model is easier to predict.
+- ``AgreementGate`` scales the first token's acceptance by whether another
+  source drafts the same token; ``TokenClassGate`` scales later tokens' by
+  their kind (copies break at numbers).
+- ``DraftPlanner`` scores every proposal, sent or not, by the text that
+  followed it, so all of these learn from every pass.
 """
 
 from __future__ import annotations
