@@ -28,9 +28,11 @@ from structspec.drafts.domain import domain_policy
 from structspec.drafts.registry import build_sources
 from structspec.engine.control import (
     AcceptanceEstimator,
+    AgreementGate,
     CostModel,
     DraftPlanner,
     MarginGate,
+    TokenClassGate,
     measure_cost,
 )
 from structspec.engine.decode import Engine
@@ -165,7 +167,13 @@ def _cost_cache_path(model: GGUFModel) -> Path:
 
 
 def make_planner(cost: CostModel, sources: Sequence[DraftSource] = ()) -> DraftPlanner:
-    return DraftPlanner(cost, AcceptanceEstimator(priors_for(sources)), MarginGate())
+    return DraftPlanner(
+        cost,
+        AcceptanceEstimator(priors_for(sources)),
+        MarginGate(),
+        classes=TokenClassGate(),
+        agreement=AgreementGate(),
+    )
 
 
 def load_engine(

@@ -128,3 +128,10 @@ def test_summary_compares_with_ablations():
     ]
     s = summarize(runs, ["structspec", "structspec:lookup"])
     assert s["modes"]["structspec"]["aggregate_vs_structspec:lookup"] == pytest.approx(1.25)
+
+
+def test_oracle_without_replay_is_refused(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    write_suite(suite, ["x = 1\n"])
+    p = benchmark(suite, "--oracle")
+    assert p.returncode != 0 and "--oracle needs --replay" in p.stderr

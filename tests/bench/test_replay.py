@@ -50,6 +50,8 @@ def test_replay_reproduces_the_output_and_is_deterministic() -> None:
     assert first.tokens == sum(len([t for t in p.output if t != 1]) for p in rec.prompts)
     assert first.drafted > 0 and first.passes < first.tokens  # drafts were accepted
     assert first.speedup > 1.0
+    assert set(first.per_prompt) == {p.id for p in rec.prompts}
+    assert first.slowest[1] == min(first.per_prompt.values()) > 0.0
 
 
 def test_a_changed_planner_changes_the_hash() -> None:
@@ -93,3 +95,29 @@ def test_the_committed_recording_replays_exactly() -> None:
     assert first.mismatches == [] and first.tokens == 8 * rec.max_tokens
     assert (first.digest, first.proposals_digest) == (second.digest, second.proposals_digest)
     assert first.drafted > 0
+
+
+def test_the_oracle_reproduces_the_output_and_bounds_the_planner() -> None:
+    rec = _recording()
+    vocab = StandInModel()
+    planner = replay(rec, vocab, _engine_factory)
+    oracle = replay(rec, vocab, _engine_factory, oracle=True)
+    assert oracle.mismatches == []
+    assert oracle.drafted > 0
+    # It sends only drafts it knows are accepted (padding aside), and beats the planner.
+    assert oracle.accepted > 0 and oracle.speedup >= planner.speedup > 1.0
+
+
+def test_the_replay_markdown_names_the_command_and_each_control() -> None:
+    from structspec.bench.replay import replay_markdown
+
+    rec = _recording()
+    vocab = StandInModel()
+    results = {
+        c: replay(rec, vocab, _engine_factory, oracle=c == "oracle") for c in ("planner", "oracle")
+    }
+    text = replay_markdown(
+        "structspec benchmark --replay r.json --oracle", [("r.json", rec, results)]
+    )
+    assert "`structspec benchmark --replay r.json --oracle`" in text
+    assert f"{results['oracle'].speedup:.3f}x" in text and results["planner"].digest in text

@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from structspec.drafts.base import Draft, DraftContext, DraftSource
-from structspec.engine.control import CostModel
+from structspec.engine.control import CostModel, DraftPlanner, Plan
 from structspec.engine.decode import Engine, GenerationOptions
 from structspec.model.base import FimTokens, Model, Rows, TokenCheck
 
@@ -214,6 +214,10 @@ class ReplayModel:
     def truncate(self, n: int) -> None:
         del self._cache[max(0, n) :]
 
+    def truth(self, n: int) -> tuple[int, ...]:
+        """The recorded greedy tokens that follow the first ``n`` tokens of the sequence."""
+        return self._full[n:]
+
     def teacher_forced(self, prompt: Sequence[int], output: Sequence[int]) -> list[TokenCheck]:
         return []
 
@@ -236,10 +240,68 @@ class ReplayResult:
     #: SHA-256 over every proposal of every source, kept by the planner or not.
     proposals_digest: str = ""
     mismatches: list[str] = field(default_factory=list)
+    #: Predicted speed-up of each prompt, by id.
+    per_prompt: dict[str, float] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
         return self.greedy_ms / self.predicted_ms if self.predicted_ms else 0.0
+
+    @property
+    def slowest(self) -> tuple[str, float]:
+        """The prompt with the lowest predicted speed-up, and that speed-up."""
+        if not self.per_prompt:
+            return "", 0.0
+        pid = min(self.per_prompt, key=lambda k: self.per_prompt[k])
+        return pid, self.per_prompt[pid]
+
+
+class OraclePlanner(DraftPlanner):
+    """A control that knows the future: the bound a planner over the same sources can reach.
+
+    On every pass it asks each source for its longest draft, as the real
+    planner does, counts how many of its tokens the model would accept (the
+    recorded greedy continuation), and sends the source and length with the
+    most tokens per millisecond under the cost table: ``(a + 1) / t(rows)``
+    where ``a`` tokens are accepted and ``rows`` is the cheapest row count that
+    holds them, against ``1 / t(1)`` for a plain step. It is greedy per pass,
+    and what it does not know is what the sources would propose after other
+    choices; the gap between it and ``DraftPlanner`` is what control can win.
+    """
+
+    def __init__(self, cost: CostModel, truth: Callable[[int], Sequence[int]]) -> None:
+        super().__init__(cost)
+        self.truth = truth
+
+    def plan(
+        self, ctx: DraftContext, sources: Sequence[DraftSource], limit: int, margin: float
+    ) -> Plan | None:
+        limit = min(limit, self.cost.max_rows - 1)
+        if limit <= 0:
+            return None
+        future = self.truth(len(ctx.tokens))
+        best: Plan | None = None
+        best_rate = 1.0 / self.cost.t(1)
+        for draft in self.proposals(ctx, sources, limit):
+            tokens = draft.tokens
+            accepted = 0
+            while (
+                accepted < len(tokens)
+                and accepted < len(future)
+                and tokens[accepted] == future[accepted]
+            ):
+                accepted += 1
+            if accepted == 0:
+                continue
+            rows = min(self.cost.padded_rows(accepted + 1), len(tokens) + 1)
+            rate = (accepted + 1) / self.cost.t(rows)
+            if rate > best_rate:
+                best_rate = rate
+                best = Plan(Draft(tokens[: rows - 1], draft.source, draft.tier), rate)
+        return best
+
+    def observe(self, plan: Plan, accepted: int, margin: float) -> None:
+        pass
 
 
 #: Builds the engine to replay through, from the replay model and the cost table
@@ -253,11 +315,17 @@ def replay(
     make_engine: EngineFactory,
     *,
     prompts: Iterable[RecordedPrompt] | None = None,
+    oracle: bool = False,
 ) -> ReplayResult:
-    """Run every recorded prompt through one engine (its statistics carry over, as in a run)."""
+    """Run every recorded prompt through one engine (its statistics carry over, as in a run).
+
+    ``oracle`` replaces the engine's planner by ``OraclePlanner`` over the same sources.
+    """
     cost = CostModel(recording.cost_ms)
     model = ReplayModel(vocab)
     engine = make_engine(model, cost)
+    if oracle:
+        engine.planner = OraclePlanner(cost, model.truth)
     proposals = hashlib.sha256()
     engine.sources = [_Logged(s, proposals) for s in engine.sources]
     h = hashlib.sha256()
@@ -290,6 +358,7 @@ def replay(
             result.mismatches.append(rec.id)
         result.prompts += 1
         result.tokens += len(out.tokens)
+        prompt_ms = 0.0
         for trace, draft in zip(out.stats.trace, drafts, strict=True):
             h.update(
                 f"{rec.id}\t{trace.index}\t{trace.source}\t"
@@ -298,7 +367,7 @@ def replay(
             result.passes += 1
             result.drafted += trace.drafted
             result.accepted += trace.accepted
-            result.predicted_ms += cost.t(trace.drafted + 1)
+            prompt_ms += cost.t(trace.drafted + 1)
             if trace.drafted:
                 s = result.by_source.setdefault(trace.source, [0, 0])
                 s[0] += trace.drafted
@@ -306,6 +375,8 @@ def replay(
         # Greedy makes one pass per token, plus the one that chose the end of generation.
         greedy_passes = len(out.tokens) + (out.stop_reason == "eos")
         result.greedy_ms += cost.t(1) * greedy_passes
+        result.predicted_ms += prompt_ms
+        result.per_prompt[rec.id] = cost.t(1) * greedy_passes / prompt_ms if prompt_ms else 0.0
     result.digest = h.hexdigest()
     result.proposals_digest = proposals.hexdigest()
     return result
@@ -377,6 +448,7 @@ def report(result: ReplayResult, recording: Recording) -> str:
         f"({recording.model}, cost table of {recording.threads} threads)",
         f"predicted: {result.predicted_ms:.1f} ms vs greedy {result.greedy_ms:.1f} ms: "
         f"speed-up {result.speedup:.3f}x, {result.tokens / max(result.passes, 1):.2f} tokens/pass",
+        "slowest prompt: {} {:.3f}x".format(*result.slowest),
     ]
     for key, (drafted, accepted) in sorted(result.by_source.items()):
         lines.append(f"  {key}: drafted {drafted}, accepted {accepted}")
@@ -388,3 +460,38 @@ def report(result: ReplayResult, recording: Recording) -> str:
     lines.append(f"proposals sha256: {result.proposals_digest}")
     lines.append(f"passes sha256: {result.digest}")
     return "\n".join(lines)
+
+
+def replay_markdown(
+    command: str, rows: Sequence[tuple[str, Recording, dict[str, ReplayResult]]]
+) -> str:
+    """A Markdown section: the command, and per recording each control's predicted speed-up."""
+    controls = list(dict.fromkeys(c for _, _, results in rows for c in results))
+    head = ["recording", "prompts x tokens"]
+    for c in controls:
+        head += [f"{c} speed-up", f"{c} tokens/pass", f"{c} slowest prompt"]
+    if "oracle" in controls and "planner" in controls:
+        head.append("planner / oracle")
+    lines = [
+        f"`{command}`",
+        "",
+        "| " + " | ".join(head) + " |",
+        "| " + " | ".join("---" for _ in head) + " |",
+    ]
+    digests = []
+    for path, rec, results in rows:
+        first = next(iter(results.values()))
+        cells = [f"`{path}`", f"{first.prompts} x {rec.max_tokens}"]
+        for c in controls:
+            r = results.get(c)
+            cells += [
+                f"{r.speedup:.3f}x" if r else "",
+                f"{r.tokens / max(r.passes, 1):.2f}" if r else "",
+                f"{r.slowest[1]:.3f}x" if r else "",
+            ]
+        if "oracle" in results and "planner" in results:
+            cells.append(f"{results['planner'].speedup / results['oracle'].speedup:.3f}")
+        lines.append("| " + " | ".join(cells) + " |")
+        if "planner" in results:
+            digests.append(f"- `{path}` planner passes sha256 `{results['planner'].digest}`")
+    return "\n".join([*lines, "", *digests]) + "\n"

@@ -100,8 +100,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--replay",
         metavar="RECORDING",
-        help="run a recording through the planner and sources: predicted speed-up and a hash "
+        nargs="+",
+        help="run recordings through the planner and sources: predicted speed-up and a hash "
         "of every pass, without decoding",
+    )
+    p.add_argument(
+        "--oracle",
+        action="store_true",
+        help="with --replay: also replay with a control that knows which draft tokens the "
+        "model accepts (the bound for the planner over the same sources)",
     )
     p.set_defaults(func=run)
 
@@ -148,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
     check_writable(args.json_out, args.trace_csv, args.markdown_out, args.plot)  # before the run
     if args.replay:
         return _run_replay(args)
+    if args.oracle:
+        raise UserError("--oracle needs --replay RECORDING")
     if args.suite == "editor":
         return _run_editor(args)
     if args.suite == "infill":
@@ -628,23 +637,39 @@ def _run_record(args: argparse.Namespace, settings: Any, prompts: list) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from structspec.bench.replay import Recording, ReplayError, replay, report
+    from structspec.bench.replay import Recording, ReplayError, replay, replay_markdown, report
     from structspec.runtime import assemble_engine, open_model
 
     try:
-        recording = Recording.load(args.replay)
+        recordings = [(path, Recording.load(path)) for path in args.replay]
     except ReplayError as exc:
         raise UserError(str(exc)) from None
     settings = settings_from_args(args).settings
     vocab = open_model(settings.model, context_size=256, threads=1)  # its tokenizer only
-    if vocab.name != recording.model:
-        raise UserError(f"the recording is of {recording.model}, not {vocab.name}")
-    prompts = recording.prompts[: args.limit] if args.limit else None
-    result = replay(
-        recording,
-        vocab,
-        lambda model, cost: assemble_engine(model, settings, cost),
-        prompts=prompts,
-    )
-    print(report(result, recording))
-    return 1 if result.mismatches else 0
+    for path, recording in recordings:
+        if vocab.name != recording.model:
+            raise UserError(f"{path}: the recording is of {recording.model}, not {vocab.name}")
+    rows = []
+    failed = False
+    for path, recording in recordings:
+        prompts = recording.prompts[: args.limit] if args.limit else None
+        results = {}
+        for control in ("planner", "oracle") if args.oracle else ("planner",):
+            results[control] = replay(
+                recording,
+                vocab,
+                lambda model, cost: assemble_engine(model, settings, cost),
+                prompts=prompts,
+                oracle=control == "oracle",
+            )
+            print(f"== {path}: {control}")
+            print(report(results[control], recording))
+            failed = failed or bool(results[control].mismatches)
+        if args.oracle:
+            gap = results["planner"].speedup / results["oracle"].speedup
+            print(f"planner / oracle: {gap:.3f}")
+        rows.append((path, recording, results))
+    if args.markdown_out:
+        text = replay_markdown(_command_line(), rows)
+        Path(args.markdown_out).write_text(text, encoding="utf-8")
+    return 1 if failed else 0

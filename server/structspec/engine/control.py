@@ -24,16 +24,22 @@ tokens: they cost nothing extra and may be accepted.
 - ``MarginGate`` scales the expectation by how the acceptance of the first
   draft token depends on the top-1/top-2 margin of the last verified row: a
   confident model is easier to predict.
+- ``AgreementGate`` scales the first token's acceptance by whether another
+  source drafts the same token; ``TokenClassGate`` scales later tokens' by
+  their kind (copies break at numbers).
+- ``DraftPlanner`` scores every proposal, sent or not, by the text that
+  followed it, so all of these learn from every pass.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from structspec.drafts.base import Draft, DraftContext, DraftSource
+from structspec.model.base import Model
 
 MAX_ROWS = 16
 
@@ -124,6 +130,13 @@ class AcceptanceEstimator:
     ``prior_weight`` pseudo-trials at the source's prior rate starts it off and
     keeps rare keys sane; a ``source:tier`` key borrows its source's estimate
     as its prior.
+
+    The decay is fast on purpose: the planner scores every proposal (see
+    ``DraftPlanner._settle``), so a key is observed on most passes, and what
+    its last few proposals did predicts the next one better than a long
+    average (a copy that is running keeps running). Replaying the HumanEval
+    and mixed-suite recordings, decay 0.7 with 6 prior pseudo-trials beat
+    0.95 with 3 by 4% and 2% of predicted time.
     """
 
     def __init__(
@@ -131,16 +144,14 @@ class AcceptanceEstimator:
         priors: dict[str, float] | None = None,
         *,
         default_prior: float = 0.5,
-        prior_weight: float = 3.0,
-        decay: float = 0.95,
-        forget_decay: float = 0.99,
+        prior_weight: float = 6.0,
+        decay: float = 0.7,
         max_k: int = MAX_ROWS - 1,
     ) -> None:
         self.priors = dict(priors or {})
         self.default_prior = default_prior
         self.prior_weight = prior_weight
         self.decay = decay
-        self.forget_decay = forget_decay
         self.max_k = max_k
         self._trials: dict[str, list[float]] = {}
         self._hits: dict[str, list[float]] = {}
@@ -179,20 +190,6 @@ class AcceptanceEstimator:
     def prob(self, key: str, i: int) -> float:
         """Estimated acceptance of draft position ``i`` (0-based) for ``key``."""
         return self.probs(key, min(i, self.max_k - 1) + 1)[-1]
-
-    def forget(self, key: str) -> None:
-        """A draft of ``key`` was declined: drift its estimate back towards the prior.
-
-        Without this a key whose estimate fell below the break-even point would
-        never be drafted again, so never observed again, and stay low forever;
-        drifting back lets it be tried again once in a while.
-        """
-        trials, hits = self._trials.get(key), self._hits.get(key)
-        if trials is None or hits is None:
-            return
-        for i in range(self.max_k):
-            trials[i] *= self.forget_decay
-            hits[i] *= self.forget_decay
 
     def observe(self, key: str, drafted: int, accepted: int) -> None:
         """Positions ``< accepted`` succeeded, position ``accepted`` failed, the rest unseen."""
@@ -254,6 +251,118 @@ class MarginGate:
         self._hits[b] += 1.0 if accepted_first else 0.0
 
 
+class TokenClassGate:
+    """Scales the acceptance of a drafted token by what kind of token it is.
+
+    Copies break at some kinds of tokens more than at others: replaying
+    HumanEval greedy outputs, a long lookup copy's token after a number or
+    operator is a number that differs from the copied one a third of the time,
+    where other tokens follow the copy 96% of the time. Per class of token
+    (newline, space, word, number, other) it tracks how often a drafted token
+    past the first is accepted given the ones before it were, relative to all
+    classes, shrunk towards 1 while a class has few samples.
+    """
+
+    CLASSES = ("newline", "space", "word", "number", "other")
+
+    def __init__(self, *, weight: float = 20.0, decay: float = 0.999) -> None:
+        self.weight = weight
+        self.decay = decay
+        self._trials = [0.0] * len(self.CLASSES)
+        self._hits = [0.0] * len(self.CLASSES)
+        self._class: dict[int, int] = {}
+
+    def token_class(self, model: Model, token: int) -> int:
+        c = self._class.get(token)
+        if c is None:
+            text = model.token_bytes(token).decode("utf-8", "replace")
+            core = text.strip()
+            if "\n" in text:
+                c = 0
+            elif not core:
+                c = 1
+            elif core.isdigit():
+                c = 3
+            elif core.replace("_", "a").isalnum():
+                c = 2
+            else:
+                c = 4
+            self._class[token] = c
+        return c
+
+    def scales(self, model: Model, tokens: Sequence[int]) -> list[float]:
+        """A factor per drafted token (1 for the first: the margin gate weighs that one)."""
+        total_t, total_h = sum(self._trials), sum(self._hits)
+        if total_t < 1.0:
+            return [1.0] * len(tokens)
+        overall = (total_h + 0.5) / (total_t + 1.0)
+        out = [1.0]
+        for tok in tokens[1:]:
+            c = self.token_class(model, tok)
+            rate = (self._hits[c] + overall * self.weight) / (self._trials[c] + self.weight)
+            out.append(min(1.0 / overall, rate / overall))
+        return out
+
+    def observe(self, model: Model, tokens: Sequence[int], accepted: int) -> None:
+        for j in range(1, min(accepted + 1, len(tokens))):
+            c = self.token_class(model, tokens[j])
+            self._trials = [t * self.decay for t in self._trials]
+            self._hits = [h * self.decay for h in self._hits]
+            self._trials[c] += 1.0
+            self._hits[c] += 1.0 if j < accepted else 0.0
+
+
+def _situation(draft: Draft, drafts: Sequence[Draft]) -> str:
+    """How the other sources' drafts of the same pass relate to ``draft``'s first token."""
+    others = [d.tokens[0] for d in drafts if d.source != draft.source]
+    if not others:
+        return "alone"
+    return "agree" if draft.tokens[0] in others else "disagree"
+
+
+class AgreementGate:
+    """Scales a draft's first-token acceptance by whether other sources guess alike.
+
+    Two sources that reach the same next token by different means are rarely
+    both wrong, and a source contradicted by another is often wrong: on the
+    proposals of the HumanEval and mixed-suite recordings, a rule's first
+    token is accepted 95% of the time when another source drafts it too and
+    8% when another drafts something else, a two-token lookup match's 98% and
+    17%. Per source and situation (``agree``, ``disagree``, ``alone``) it
+    tracks first-token acceptance relative to the source's overall rate,
+    shrunk towards 1 while a situation has few samples.
+    """
+
+    def __init__(
+        self,
+        *,
+        weight: float = 8.0,
+        decay: float = 0.999,
+        bounds: tuple[float, float] = (0.1, 1.5),
+    ) -> None:
+        self.weight = weight
+        self.decay = decay
+        self.bounds = bounds
+        #: (source, situation or "" for all) -> [trials, hits], decayed.
+        self._counts: dict[tuple[str, str], list[float]] = {}
+
+    def scale(self, source: str, situation: str) -> float:
+        total = self._counts.get((source, ""))
+        if total is None or total[0] < 1.0:
+            return 1.0
+        overall = (total[1] + 0.5) / (total[0] + 1.0)
+        trials, hits = self._counts.get((source, situation), (0.0, 0.0))
+        rate = (hits + overall * self.weight) / (trials + self.weight)
+        lo, hi = self.bounds
+        return min(hi, max(lo, rate / overall))
+
+    def observe(self, source: str, situation: str, accepted_first: bool) -> None:
+        for key in ((source, ""), (source, situation)):
+            counts = self._counts.setdefault(key, [0.0, 0.0])
+            counts[0] = counts[0] * self.decay + 1.0
+            counts[1] = counts[1] * self.decay + (1.0 if accepted_first else 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What one pass verifies: ``draft`` (possibly padded) and the gain expected of it."""
@@ -279,43 +388,61 @@ class DraftPlanner:
         acceptance: AcceptanceEstimator | None = None,
         gate: MarginGate | None = None,
         *,
+        classes: TokenClassGate | None = None,
+        agreement: AgreementGate | None = None,
         min_gain: float = 1.0,
         min_gain_behind: float = 1.1,
     ) -> None:
         self.cost = cost
         self.acceptance = acceptance or AcceptanceEstimator()
         self.gate = gate
+        self.classes = classes
+        self.agreement = agreement
         self.min_gain = min_gain
         self.min_gain_behind = min_gain_behind
         #: Milliseconds this generation's drafts saved (negative: lost) against
         #: greedy, by the cost table: sum of (accepted + 1) * t(1) - t(rows).
         self.balance_ms = 0.0
+        #: Proposals of this generation not scored yet: (length of the text
+        #: when proposed, statistics key, tokens, agreement situation), and the
+        #: text they continue.
+        self._shadow: list[tuple[int, str, tuple[int, ...], str]] = []
+        self._ctx: DraftContext | None = None
+        self._generation = -1
 
     def start_generation(self) -> None:
         """A new generation keeps its own balance (statistics carry over)."""
         self.balance_ms = 0.0
+        self._settle(final=True)
 
     def plan(
         self, ctx: DraftContext, sources: Sequence[DraftSource], limit: int, margin: float
     ) -> Plan | None:
         """The draft worth verifying next (at most ``limit`` tokens), or ``None``: a plain step."""
+        if ctx is not self._ctx or ctx.generation != self._generation:
+            self._settle(final=True)
+            self._ctx, self._generation = ctx, ctx.generation
+        self._settle()
         limit = min(limit, self.cost.max_rows - 1)
         if limit <= 0:
             return None
         scale = self.gate.scale(margin) if self.gate else 1.0
         floor = self.min_gain if self.balance_ms >= 0.0 else self.min_gain_behind
         best: Plan | None = None
-        for source in sources:
-            ctx.max_tokens = ctx.policy.cap(source.name, limit)
-            if ctx.max_tokens <= 0:
-                continue
-            draft = source.propose(ctx)
-            if draft is None or not draft.tokens:
-                continue
-            tokens = draft.tokens[: ctx.max_tokens]
-            k, gain = self.cost.best_k(self.acceptance.probs(draft.key, len(tokens)), scale)
+        start = len(ctx.tokens)
+        drafts = list(self.proposals(ctx, sources, limit))
+        for draft in drafts:
+            tokens = draft.tokens
+            situation = _situation(draft, drafts) if self.agreement is not None else ""
+            self._shadow.append((start, draft.key, tokens, situation))
+            probs = self.acceptance.probs(draft.key, len(tokens))
+            if self.agreement is not None:
+                probs[0] = min(1.0, probs[0] * self.agreement.scale(draft.source, situation))
+            if self.classes is not None:
+                factors = self.classes.scales(ctx.model, tokens)
+                probs = [min(1.0, p * f) for p, f in zip(probs, factors, strict=True)]
+            k, gain = self.cost.best_k(probs, scale)
             if k == 0 or gain <= floor:
-                self.acceptance.forget(draft.key)
                 continue
             if best is not None and gain <= best.gain:
                 continue
@@ -324,9 +451,58 @@ class DraftPlanner:
             best = Plan(Draft(tokens[: rows - 1], draft.source, draft.tier), gain)
         return best
 
+    @staticmethod
+    def proposals(ctx: DraftContext, sources: Sequence[DraftSource], limit: int) -> Iterator[Draft]:
+        """Each source's draft, cut to what the buffer's policy lets it draft now."""
+        for source in sources:
+            ctx.max_tokens = ctx.policy.cap(source.name, limit)
+            if ctx.max_tokens <= 0:
+                continue
+            draft = source.propose(ctx)
+            if draft is not None and draft.tokens:
+                yield Draft(draft.tokens[: ctx.max_tokens], draft.source, draft.tier)
+
+    def _settle(self, *, final: bool = False) -> None:
+        """Score every proposal whose fate the text now tells, sent or not.
+
+        The text that followed a proposal is the model's own (the output is
+        the greedy output whatever was drafted), so a proposal the planner
+        declined is scored as if it had been sent, once the output has grown
+        past its first wrong token or its end. Every key is thereby observed
+        whenever its source proposes, not only when it wins a pass: no estimate
+        sticks below the break-even point for want of trials. ``final`` (the
+        generation ended) scores what is left on the tokens known so far.
+        """
+        if self._ctx is None or not self._shadow:
+            return
+        text = self._ctx.tokens
+        keep: list[tuple[int, str, tuple[int, ...], str]] = []
+        for start, key, tokens, situation in self._shadow:
+            known = len(text) - start
+            accepted = 0
+            while (
+                accepted < len(tokens)
+                and accepted < known
+                and tokens[accepted] == text[start + accepted]
+            ):
+                accepted += 1
+            if accepted < min(known, len(tokens)) or accepted == len(tokens):
+                self.acceptance.observe(key, len(tokens), accepted)
+                if self.classes is not None:
+                    self.classes.observe(self._ctx.model, tokens, accepted)
+            elif final:
+                self.acceptance.observe(key, accepted, accepted)  # later positions unseen
+            else:
+                keep.append((start, key, tokens, situation))
+                continue
+            if self.agreement is not None and known > 0:
+                self.agreement.observe(key.partition(":")[0], situation, accepted > 0)
+        self._shadow = keep
+
     def observe(self, plan: Plan, accepted: int, margin: float) -> None:
+        """The pass of ``plan`` accepted ``accepted`` tokens (its source's key is scored by
+        ``_settle`` with every other proposal)."""
         rows = len(plan.draft.tokens) + 1
         self.balance_ms += (accepted + 1) * self.cost.t(1) - self.cost.t(rows)
-        self.acceptance.observe(plan.draft.key, len(plan.draft.tokens), accepted)
         if self.gate is not None:
             self.gate.observe(margin, accepted > 0)
