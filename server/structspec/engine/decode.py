@@ -155,10 +155,17 @@ class Engine:
         *,
         corpus: Sequence[Sequence[int]] = (),
         language: str | None = None,
+        suffix_tokens: Sequence[int] = (),
+        recent_suggestions: Sequence[Sequence[int]] = (),
         cancelled: Callable[[], bool] | None = None,
         sources: Sequence[DraftSource] | None = None,
     ) -> Generation:
-        """Start a generation; iterate it for one ``Step`` per pass."""
+        """Start a generation; iterate it for one ``Step`` per pass.
+
+        ``corpus``, ``suffix_tokens`` and ``recent_suggestions`` are token
+        lists for the draft sources (``DraftContext``); they never change the
+        output.
+        """
         self._generation += 1
         return Generation(
             self,
@@ -166,6 +173,8 @@ class Engine:
             options or GenerationOptions(),
             corpus=corpus,
             language=language,
+            suffix_tokens=suffix_tokens,
+            recent_suggestions=recent_suggestions,
             cancelled=cancelled,
             sources=self.sources if sources is None else list(sources),
             generation=self._generation,
@@ -187,6 +196,8 @@ class Generation:
         *,
         corpus: Sequence[Sequence[int]],
         language: str | None,
+        suffix_tokens: Sequence[int] = (),
+        recent_suggestions: Sequence[Sequence[int]] = (),
         cancelled: Callable[[], bool] | None,
         sources: Sequence[DraftSource],
         generation: int,
@@ -220,6 +231,8 @@ class Generation:
             n_prompt=len(prompt),
             corpus=corpus,
             language=language,
+            suffix_tokens=suffix_tokens,
+            recent_suggestions=recent_suggestions,
             generation=generation,
         )
         if engine.policy is not None and sources:
