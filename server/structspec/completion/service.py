@@ -31,9 +31,9 @@ import itertools
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from structspec.completion.cache import PendingSuggestion
@@ -76,6 +76,9 @@ __all__ = ["CompletionRequest", "CompletionService", "Status", "Suggestion", "dr
 
 log = logging.getLogger(__name__)
 
+#: Latest generations kept per document for the ``recycle`` draft source.
+RECENT_SUGGESTIONS = 4
+
 
 def draft_language(uri: str, language_id: str, text: str) -> str:
     """The languageId the draft sources see for a document.
@@ -117,12 +120,25 @@ class _Result:
 
 @dataclass
 class _Session:
-    """Per-document state: the prompt cut (worker), the pending suggestion and job (loop)."""
+    """Per-document state: the prompt cut (worker), the pending suggestion and job (loop).
+
+    ``recent`` holds the document's latest generations (``Outcome.generated``,
+    newest first), the cancelled ones too: what the model said a keystroke ago
+    is the ``recycle`` source's draft for the next request.
+    """
 
     cut: int | None = None
     pending: PendingSuggestion | None = None
     job: _Job | None = None
     task: asyncio.Future[_Result] | None = None
+    recent: deque[tuple[int, ...]] = field(default_factory=lambda: deque(maxlen=RECENT_SUGGESTIONS))
+
+    def remember(self, generated: tuple[int, ...]) -> None:
+        if not generated:
+            return
+        if generated in self.recent:
+            self.recent.remove(generated)
+        self.recent.appendleft(generated)
 
 
 class CompletionService:
@@ -204,6 +220,9 @@ class CompletionService:
         call included) loads them in the worker now rather than on the next
         request; other settings cost nothing.
         """
+        if settings.model != self.settings.model:
+            for session in self._sessions.values():
+                session.recent.clear()  # token ids of another model
         self.settings = settings
         if self._warm_keys != (model_key(settings), engine_key(settings)):
             self.start()
@@ -341,7 +360,17 @@ class CompletionService:
                 if uri != request.uri and (d := self.documents.get(uri)) is not None
             ]
             language = self._draft_languages.get(request.uri, doc.language)
-            inputs = CompletionInput(request.uri, text, offset, language, ctx, settings, others, t0)
+            inputs = CompletionInput(
+                request.uri,
+                text,
+                offset,
+                language,
+                ctx,
+                settings,
+                others,
+                t0,
+                recent_suggestions=tuple(session.recent),
+            )
             job = _Job(session, inputs)
             task = asyncio.ensure_future(self._execute(job, request.invoked))
             session.job, session.task = job, task
@@ -377,9 +406,11 @@ class CompletionService:
                 return _Result(Outcome(cancelled=True))
         result = _Result(await self._submit(job))
         outcome = result.outcome
+        job.session.remember(outcome.generated)
         if outcome.stats is not None and not outcome.cancelled:
             st = outcome.stats
             self.stats.record_generation(st.tokens, st.seconds, st.prefill_ms, st.decode_ms)
+            self.stats.record_sources(st.by_source())
         if outcome.text is not None and not job.cancelled():
             result.id = f"s{next(self._ids)}"
             self.stats.record_shown(result.id, len(outcome.text))
