@@ -73,7 +73,9 @@ SOURCES: tuple[SourceEntry, ...] = (
         "the document's latest suggestions",
     ),
     SourceEntry("suffix", "structspec.drafts.suffix", "SuffixSource", "the text after the cursor"),
-    SourceEntry("nearby", "structspec.drafts.nearby", "NearbySource", "the lines around the cursor"),
+    SourceEntry(
+        "nearby", "structspec.drafts.nearby", "NearbySource", "the lines around the cursor"
+    ),
 )
 
 #: Names of the draft sources a user can choose (``sources = ["all"]`` is every one).

@@ -87,9 +87,12 @@ class SuffixSource:
         further = longest_match(
             ctx.tokens, seq, self._index, lo=self._line_end, max_match=self.max_match, latest=False
         )
-        if further is not None and further.length >= 2:
-            if match is None or further.length > match.length:
-                match, in_line = further, False
+        if (
+            further is not None
+            and further.length >= 2
+            and (match is None or further.length > match.length)
+        ):
+            match, in_line = further, False
         if match is None:
             return None
         draft = tuple(seq[match.end + 1 : match.end + 1 + ctx.max_tokens])
