@@ -126,6 +126,13 @@ def test_nearby_copies_the_nearest_matching_line():
     assert text_of(d) == " = 2\nc.x"  # after the nearer ".x" (line b)
 
 
+def test_nearby_marks_a_conflicting_occurrence():
+    d = NearbySource().propose(ctx("a.x=1\nb.x+2\nc.x"))
+    assert (
+        d is not None and d.tier == "m2x" and text_of(d) == "+2\nc.x+2"
+    )  # copied on past the present
+
+
 def test_nearby_ignores_lines_beyond_its_window():
     far = "k.y = 7\n" + "\n" * 20
     assert NearbySource(lines=12).propose(ctx(far + "k.y")) is None

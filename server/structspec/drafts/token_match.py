@@ -68,6 +68,7 @@ def longest_match(
     max_match: int = 16,
     latest: bool = True,
     max_candidates: int = 64,
+    followers: list[tuple[int, int]] | None = None,
 ) -> Match | None:
     """The longest match of the end of ``tail`` ending at some ``seq[p]``, ``lo <= p < hi - 1``.
 
@@ -75,6 +76,8 @@ def longest_match(
     ``len(seq)``). Among equally long matches the latest position wins when
     ``latest``, else the earliest. Only ``max_candidates`` positions of the
     last token are looked at (the nearest to the preferred end).
+    ``followers``, when given, receives ``(match length, next token)`` of
+    every position looked at (a source's test for a conflicting occurrence).
     """
     if not tail:
         return None
@@ -96,6 +99,8 @@ def longest_match(
         limit = min(max_match, n, p + 1)
         while length < limit and seq[p - length] == tail[n - 1 - length]:
             length += 1
+        if followers is not None:
+            followers.append((length, seq[p + 1]))
         if best is None or length > best.length:
             best = Match(length, p)
             if length >= max_match:

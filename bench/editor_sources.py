@@ -1,0 +1,121 @@
+"""How often the editor's draft sources are right, per tier, on real files (a small experiment).
+
+For cursor points inside lines of the given files (after the line's first
+three characters, so the rest of the line is a suffix), it generates greedily
+twice with the model: once one character earlier (the suggestion the user saw
+before typing that character) and once at the cursor (the truth). Then, at
+every position of the truth, it asks ``recycle`` (fed the earlier generation),
+``suffix`` and ``nearby`` (fed the text after the cursor), and ``lookup`` (for
+comparison, with the text above and below the window as its corpus), and
+counts per tier how often the first drafted token is the model's next token,
+and how many drafted tokens in a row are. No planner, no timing: the numbers
+are the sources' priors (``PRIORS`` in each module).
+
+    PYTHONPATH=server python3 bench/editor_sources.py [--points N] FILE_OR_GLOB...
+"""
+
+from __future__ import annotations
+
+import glob
+import random
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+
+from structspec.completion.corpus import CorpusCache
+from structspec.completion.prompt import PromptBuilder
+from structspec.drafts.base import DraftContext, DraftSource
+from structspec.drafts.lookup import LookupSource
+from structspec.drafts.nearby import NearbySource
+from structspec.drafts.recycle import RecycleSource
+from structspec.drafts.suffix import SuffixSource
+from structspec.engine import Engine, GenerationOptions
+from structspec.runtime import open_model
+
+MAX_TOKENS = 32
+CONTEXT_TOKENS = 32  # as completion.generate.GENERATED_CONTEXT_TOKENS
+
+
+def points(text: str, n: int, rng: random.Random) -> list[int]:
+    """Cursor offsets three characters into non-blank lines of at least 12 characters."""
+    starts, pos = [], 0
+    for line in text.splitlines(keepends=True):
+        body = line.strip()
+        if len(body) >= 12 and pos > 2000:
+            starts.append(pos + len(line) - len(line.lstrip()) + 3)
+        pos += len(line)
+    return sorted(rng.sample(starts, min(n, len(starts))))
+
+
+def agree(draft: Sequence[int], truth: Sequence[int]) -> int:
+    m = 0
+    while m < len(draft) and m < len(truth) and draft[m] == truth[m]:
+        m += 1
+    return m
+
+
+def main(patterns: Sequence[str], per_file: int = 6) -> None:
+    files = sorted({f for p in patterns for f in glob.glob(p)})
+    model = open_model("", threads=2)
+    prompts, corpus, engine = PromptBuilder(model), CorpusCache(), Engine(model)
+    opts = GenerationOptions(max_tokens=MAX_TOKENS, speculative=False)
+    # tier -> [proposals, first token right, drafted tokens right in a row]
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    rng = random.Random(0)
+    generation = 0
+    for path in files:
+        text = open(path, encoding="utf-8").read()
+        for offset in points(text, per_file, rng):
+            before = prompts.build(text, offset - 1, max_tokens=MAX_TOKENS).tokens
+            seen = engine.generate(before, opts).tokens
+            prompt = prompts.build(text, offset, max_tokens=MAX_TOKENS)
+            truth = engine.generate(prompt.tokens, opts).tokens
+            print(
+                f"  {path}:{offset}: {len(prompt.tokens)} prompt tokens",
+                file=sys.stderr,
+                flush=True,
+            )
+            recent = [(*before[-CONTEXT_TOKENS:], *seen)]
+            suffix = corpus.suffix(model, text, offset)
+            others = corpus.collect(model, text=text, cut=prompt.cut, suffix_start=offset)
+            sources: list[DraftSource] = [
+                RecycleSource(),
+                SuffixSource(),
+                NearbySource(),
+                LookupSource(),
+            ]
+            generation += 1
+            for i in range(len(truth) - 1):
+                ctx = DraftContext(
+                    model,
+                    [*prompt.tokens, *truth[:i]],
+                    len(prompt.tokens),
+                    max_tokens=15,
+                    corpus=others,
+                    suffix_tokens=suffix,
+                    recent_suggestions=recent,
+                    generation=generation,
+                )
+                for source in sources:
+                    draft = source.propose(ctx)
+                    if draft is None or not draft.tokens:
+                        continue
+                    c = counts[draft.key]
+                    m = agree(draft.tokens, truth[i:])
+                    c[0] += 1
+                    c[1] += m > 0
+                    c[2] += m
+        print(f"{path}: done", file=sys.stderr, flush=True)
+    print("| tier | proposals | first token right | mean tokens right in a row |")
+    print("| --- | --- | --- | --- |")
+    for key in sorted(counts):
+        n, first, run = counts[key]
+        print(f"| {key} | {n} | {first / n:.2f} | {run / n:.2f} |")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    n = 6
+    if args[:1] == ["--points"]:
+        n, args = int(args[1]), args[2:]
+    main(args, n)
