@@ -11,7 +11,11 @@ counts per tier how often the first drafted token is the model's next token,
 and how many drafted tokens in a row are. No planner, no timing: the numbers
 are the sources' priors (``PRIORS`` in each module).
 
-    PYTHONPATH=server python3 bench/editor_sources.py [--points N] FILE_OR_GLOB...
+    PYTHONPATH=server python3 bench/editor_sources.py [--points N] [--seconds S] FILE_OR_GLOB...
+
+It takes no new cursor point after ``S`` seconds (default 150), and opens the
+model with a context of 1024 tokens (prompts of about 850) to keep each point
+cheap on a small machine.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import glob
 import random
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -54,9 +59,11 @@ def agree(draft: Sequence[int], truth: Sequence[int]) -> int:
     return m
 
 
-def main(patterns: Sequence[str], per_file: int = 6) -> None:
+def main(patterns: Sequence[str], per_file: int = 6, seconds: float = 150.0) -> None:
     files = sorted({f for p in patterns for f in glob.glob(p)})
-    model = open_model("", threads=2)
+    model = open_model("", threads=2, context_size=1024)
+    t0 = time.perf_counter()
+    n_points = 0
     prompts, corpus, engine = PromptBuilder(model), CorpusCache(), Engine(model)
     opts = GenerationOptions(max_tokens=MAX_TOKENS, speculative=False)
     # tier -> [proposals, first token right, drafted tokens right in a row]
@@ -64,8 +71,12 @@ def main(patterns: Sequence[str], per_file: int = 6) -> None:
     rng = random.Random(0)
     generation = 0
     for path in files:
-        text = open(path, encoding="utf-8").read()
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
         for offset in points(text, per_file, rng):
+            if time.perf_counter() - t0 > seconds:
+                break
+            n_points += 1
             before = prompts.build(text, offset - 1, max_tokens=MAX_TOKENS).tokens
             seen = engine.generate(before, opts).tokens
             prompt = prompts.build(text, offset, max_tokens=MAX_TOKENS)
@@ -105,7 +116,7 @@ def main(patterns: Sequence[str], per_file: int = 6) -> None:
                     c[0] += 1
                     c[1] += m > 0
                     c[2] += m
-        print(f"{path}: done", file=sys.stderr, flush=True)
+    print(f"{n_points} cursor points in {time.perf_counter() - t0:.0f} s\n")
     print("| tier | proposals | first token right | mean tokens right in a row |")
     print("| --- | --- | --- | --- |")
     for key in sorted(counts):
@@ -115,7 +126,7 @@ def main(patterns: Sequence[str], per_file: int = 6) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    n = 6
-    if args[:1] == ["--points"]:
-        n, args = int(args[1]), args[2:]
-    main(args, n)
+    options = {"--points": 6.0, "--seconds": 150.0}
+    while args[:1] and args[0] in options:
+        options[args[0]], args = float(args[1]), args[2:]
+    main(args, int(options["--points"]), options["--seconds"])
