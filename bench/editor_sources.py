@@ -12,6 +12,10 @@ and how many drafted tokens in a row are. No planner, no timing: the numbers
 are the sources' priors (``PRIORS`` in each module).
 
     PYTHONPATH=server python3 bench/editor_sources.py [--points N] [--seconds S] FILE_OR_GLOB...
+    PYTHONPATH=server python3 bench/editor_sources.py --recording RECORDING.json
+
+The second form scores ``nearby`` and ``lookup`` the same way over a replay
+recording's greedy outputs (no model run: its tokenizer only).
 
 It takes no new cursor point after ``S`` seconds (default 150), and opens the
 model with a context of 1024 tokens (prompts of about 850) to keep each point
@@ -27,6 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 
+from structspec.bench.replay import Recording
 from structspec.completion.corpus import CorpusCache
 from structspec.completion.prompt import PromptBuilder
 from structspec.drafts.base import DraftContext, DraftSource
@@ -52,11 +57,55 @@ def points(text: str, n: int, rng: random.Random) -> list[int]:
     return sorted(rng.sample(starts, min(n, len(starts))))
 
 
+#: tier -> [proposals, first token right, drafted tokens right in a row]
+Counts = dict[str, list[int]]
+
+
 def agree(draft: Sequence[int], truth: Sequence[int]) -> int:
     m = 0
     while m < len(draft) and m < len(truth) and draft[m] == truth[m]:
         m += 1
     return m
+
+
+def score(
+    counts: Counts, ctx: DraftContext, sources: Sequence[DraftSource], truth: Sequence[int]
+) -> None:
+    """Ask every source at ``ctx`` and count its draft against ``truth`` (what follows)."""
+    for source in sources:
+        draft = source.propose(ctx)
+        if draft is None or not draft.tokens:
+            continue
+        c = counts[draft.key]
+        m = agree(draft.tokens, truth)
+        c[0] += 1
+        c[1] += m > 0
+        c[2] += m
+
+
+def print_table(counts: Counts) -> None:
+    print("| tier | proposals | first token right | mean tokens right in a row |")
+    print("| --- | --- | --- | --- |")
+    for key in sorted(counts):
+        n, first, run = counts[key]
+        print(f"| {key} | {n} | {first / n:.2f} | {run / n:.2f} |")
+
+
+def replayed(path: str) -> None:
+    """``nearby`` and ``lookup`` over a recording's greedy outputs (prompt + output so far)."""
+    rec = Recording.load(path)
+    model = open_model("", threads=1)
+    counts: Counts = defaultdict(lambda: [0, 0, 0])
+    for g, p in enumerate(rec.prompts):
+        sources: list[DraftSource] = [NearbySource(), LookupSource()]
+        out = list(p.output)
+        for i in range(len(out) - 1):
+            ctx = DraftContext(
+                model, [*p.prompt, *out[:i]], len(p.prompt), max_tokens=15, generation=g + 1
+            )
+            score(counts, ctx, sources, out[i:])
+    print(f"{len(rec.prompts)} recorded outputs\n")
+    print_table(counts)
 
 
 def main(patterns: Sequence[str], per_file: int = 6, seconds: float = 150.0) -> None:
@@ -66,8 +115,7 @@ def main(patterns: Sequence[str], per_file: int = 6, seconds: float = 150.0) -> 
     n_points = 0
     prompts, corpus, engine = PromptBuilder(model), CorpusCache(), Engine(model)
     opts = GenerationOptions(max_tokens=MAX_TOKENS, speculative=False)
-    # tier -> [proposals, first token right, drafted tokens right in a row]
-    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    counts: Counts = defaultdict(lambda: [0, 0, 0])
     rng = random.Random(0)
     generation = 0
     for path in files:
@@ -107,25 +155,16 @@ def main(patterns: Sequence[str], per_file: int = 6, seconds: float = 150.0) -> 
                     recent_suggestions=recent,
                     generation=generation,
                 )
-                for source in sources:
-                    draft = source.propose(ctx)
-                    if draft is None or not draft.tokens:
-                        continue
-                    c = counts[draft.key]
-                    m = agree(draft.tokens, truth[i:])
-                    c[0] += 1
-                    c[1] += m > 0
-                    c[2] += m
+                score(counts, ctx, sources, truth[i:])
     print(f"{n_points} cursor points in {time.perf_counter() - t0:.0f} s\n")
-    print("| tier | proposals | first token right | mean tokens right in a row |")
-    print("| --- | --- | --- | --- |")
-    for key in sorted(counts):
-        n, first, run = counts[key]
-        print(f"| {key} | {n} | {first / n:.2f} | {run / n:.2f} |")
+    print_table(counts)
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if args[:1] == ["--recording"]:
+        replayed(args[1])
+        sys.exit(0)
     options = {"--points": 6.0, "--seconds": 150.0}
     while args[:1] and args[0] in options:
         options[args[0]], args = float(args[1]), args[2:]

@@ -41,7 +41,7 @@ LINES = 12
 #: First-token acceptance per tier. Before the cursor: measured on the
 #: HumanEval greedy outputs of the default model (teacher-forced proposals
 #: over the recording in ``tests/data``); after it (``a``): from the small
-#: editor experiment in ``docs/EDITOR-SOURCES.md``, set below the ones before.
+#: editor experiment in ``docs/EDITOR-SOURCES.md`` (few samples: rounded down).
 PRIORS: Mapping[str, float] = {
     "nearby": 0.75,
     "nearby:m2": 0.75,
@@ -50,9 +50,9 @@ PRIORS: Mapping[str, float] = {
     "nearby:m2x": 0.35,
     "nearby:m4x": 0.65,
     "nearby:m8x": 0.65,
-    "nearby:m2a": 0.55,
-    "nearby:m4a": 0.7,
-    "nearby:m8a": 0.85,
+    "nearby:m2a": 0.65,
+    "nearby:m4a": 0.75,
+    "nearby:m8a": 0.9,
     "nearby:m2xa": 0.3,
     "nearby:m4xa": 0.5,
     "nearby:m8xa": 0.6,

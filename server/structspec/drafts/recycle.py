@@ -13,8 +13,8 @@ the draft is the deleted text followed by the old suggestion.
 
 Tiers are the match length bucket (``m1``, ``m2``, ``m4``, ``m8``); a match of
 one token is accepted far less often than a long one, and the planner learns
-each. ``PRIORS`` below were measured on the default model (``docs/`` has the
-experiment).
+each. ``PRIORS`` below come from a small experiment on the default model
+(``docs/EDITOR-SOURCES.md``).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ if TYPE_CHECKING:
 #: First-token acceptance per tier (see the module docstring).
 PRIORS: Mapping[str, float] = {
     "recycle": 0.6,
-    "recycle:m1": 0.35,
+    "recycle:m1": 0.45,
     "recycle:m2": 0.6,
-    "recycle:m4": 0.75,
-    "recycle:m8": 0.85,
+    "recycle:m4": 0.7,
+    "recycle:m8": 0.95,
 }
 
 #: Indexes of sequences kept (an editor passes a handful per document).

@@ -25,15 +25,16 @@ if TYPE_CHECKING:
     from structspec.drafts.registry import SourceOptions
     from structspec.model.base import Model
 
-#: First-token acceptance per tier (``l``: in the cursor's line); see ``docs/``.
+#: First-token acceptance per tier (``l``: in the cursor's line), from a small
+#: experiment on the default model (``docs/EDITOR-SOURCES.md``).
 PRIORS: Mapping[str, float] = {
     "suffix": 0.5,
-    "suffix:m1l": 0.5,
-    "suffix:m2l": 0.65,
+    "suffix:m1l": 0.6,
+    "suffix:m2l": 0.7,
     "suffix:m4l": 0.8,
     "suffix:m8l": 0.9,
     "suffix:m2": 0.45,
-    "suffix:m4": 0.6,
+    "suffix:m4": 0.65,
     "suffix:m8": 0.8,
 }
 
