@@ -100,3 +100,53 @@ def test_the_corpus_is_collected_for_any_source_that_reads_it() -> None:
     assert any(len(seq) > 10 for seq in _corpus_seen(("motif",)))
     assert any(len(seq) > 10 for seq in _corpus_seen(("lookup",)))
     assert _corpus_seen(("python",)) == []
+
+
+# -- the editor's draft sources -------------------------------------------------
+
+
+def test_generated_is_the_prompt_tail_and_the_output() -> None:
+    model = ScriptedModel(SCRIPT)
+    settings = Settings(model="standin", max_tokens=64, sources=("recycle",))
+    _, outcome = complete(model, settings, clock=lambda: 0.0)
+    n = len(SCRIPT)  # one token per character
+    assert outcome.generated[-n:] == tuple(model.tokenize(SCRIPT, add_bos=False))
+    assert model.detokenize(outcome.generated[:-n]).endswith("a.py\n" + TEXT)
+
+
+def test_recycled_generation_drafts_after_a_diverging_keystroke() -> None:
+    """The previous generation, handed back, drafts what the model writes again."""
+    model = ScriptedModel(SCRIPT)
+    settings = Settings(model="standin", max_tokens=64, sources=("recycle",))
+    engine, first = complete(model, settings, clock=lambda: 0.0)
+    assert first.stats is not None and "recycle" not in first.stats.by_source()
+    text = TEXT + "q"  # not the suggestion's "x": the model runs again
+    job = CompletionInput(
+        "file:///a.py",
+        text,
+        len(text),
+        "python",
+        CursorContext.at(text, len(text)),
+        settings,
+        recent_suggestions=(first.generated,),
+    )
+    second = run_completion(engine, PromptBuilder(model), CorpusCache(), job, clock=lambda: 0.0)
+    assert second.stats is not None
+    recycled = second.stats.by_source()["recycle"]
+    assert recycled.accepted > 0 and second.text is not None and second.text.startswith("x = 1")
+
+
+def test_the_text_after_the_cursor_reaches_the_suffix_source() -> None:
+    model = ScriptedModel("y = 2\n")
+    text = "x = 1\n"
+    below = "\nz = 0\ny = 2\n"
+    doc, cursor = text + below, CursorContext.at(text + below, len(text))
+    settings = Settings(model="standin", max_tokens=16, sources=("suffix",))
+    engine = load_engine(settings, model=model)
+    job = CompletionInput("file:///a.py", doc, len(text), "python", cursor, settings)
+    outcome = run_completion(engine, PromptBuilder(model), CorpusCache(), job, clock=lambda: 0.0)
+    assert outcome.stats is not None and outcome.stats.by_source()["suffix"].accepted > 0
+    off = Settings(model="standin", max_tokens=16, sources=("lookup",))
+    job = CompletionInput("file:///a.py", doc, len(text), "python", cursor, off)
+    outcome = run_completion(engine, PromptBuilder(model), CorpusCache(), job, clock=lambda: 0.0)
+    assert outcome.stats is not None and "suffix" not in outcome.stats.by_source()

@@ -469,3 +469,27 @@ def test_rules_file_and_sources_changes_rebuild_the_engine_not_the_model(tmp_pat
     assert first == ["lookup"] and second == ["lookup", "rules"]
     assert calls == {"open": 1, "engine": 3}
     assert any("rulesFile" in t for _, t in messages)
+
+
+def test_latest_generations_are_kept_for_recycling_and_dropped_with_the_model():
+    """A generation cut short by the next keystroke is kept too; another model forgets them."""
+
+    async def scenario():
+        svc, _ = make_service(
+            SlowStandIn(delay=0.02, eos_bias=-30.0), max_tokens=40, sources=("recycle",)
+        )
+        svc.open_document("u", "python", 1, "a = 1\nb = 2\nc = ")
+        first = asyncio.ensure_future(svc.complete(CompletionRequest("u", 2, 4)))
+        await asyncio.sleep(0.1)
+        second = await svc.complete(CompletionRequest("u", 2, 3))
+        await first
+        kept = list(svc._sessions["u"].recent)
+        svc.configure(Settings(**{**vars(svc.settings), "model": "standin:1"}))
+        after = list(svc._sessions["u"].recent)
+        svc.close()
+        return second, kept, after
+
+    second, kept, after = run(scenario())
+    assert second is not None and len(kept) == 2  # newest first: the second, then the cut one
+    assert all(len(g) > 1 for g in kept) and kept[0] != kept[1]
+    assert after == []

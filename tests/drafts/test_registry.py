@@ -15,7 +15,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_config_names_are_the_registry() -> None:
     assert CONFIG_NAMES is SOURCE_NAMES
-    assert SOURCE_NAMES == ("lookup", "rules", "python", "ast", "motif")
+    assert SOURCE_NAMES == (
+        "lookup",
+        "rules",
+        "python",
+        "ast",
+        "motif",
+        "recycle",
+        "suffix",
+        "nearby",
+    )
 
 
 def test_vscode_enum_matches_the_registry() -> None:

@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 
 from structspec.drafts.base import Draft, DraftContext
 from structspec.drafts.lookup import LookupSource
+from structspec.drafts.nearby import NearbySource
+from structspec.drafts.recycle import RecycleSource
+from structspec.drafts.suffix import SuffixSource
 from structspec.engine import CostModel, DraftPlanner, Engine, GenerationOptions
 from structspec.model.standin import EOS, StandInModel
 
@@ -122,10 +125,67 @@ def test_noise_and_real_sources_give_greedy_output(seed, prompt, max_tokens, noi
     tokens = model.tokenize(prompt)
     opts = GenerationOptions(max_tokens=max_tokens)
     ref = greedy(model, tokens, opts)
-    sources = [LookupSource(), NoiseSource(noise)]
+    sources = [LookupSource(), NearbySource(lines=2), NoiseSource(noise)]
     spec = Engine(model, sources, always_draft()).generate(tokens, opts)
     assert spec.tokens == ref.tokens
     assert spec.stop_reason == ref.stop_reason
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 30),
+    prompt=prompts,
+    max_tokens=st.integers(1, 60),
+    suffix=st.text(alphabet=ALPHABET, max_size=40),
+    cut=st.integers(0, 60),
+    edit=st.text(alphabet=ALPHABET, max_size=3),
+    stop=st.lists(st.text(alphabet=ALPHABET, min_size=1, max_size=3), max_size=1),
+)
+def test_editor_sources_give_greedy_output(seed, prompt, max_tokens, suffix, cut, edit, stop):
+    """Recycled suggestions, the suffix and nearby lines draft; the output stays greedy.
+
+    The previous suggestion is the greedy output itself with an edit spliced in
+    at ``cut`` (what a user's keystroke does to it), and the suffix holds part
+    of it too, so that their drafts are often right and sometimes wrong.
+    """
+    model = model_for(seed)
+    tokens = model.tokenize(prompt)
+    opts = GenerationOptions(max_tokens=max_tokens, stop=tuple(stop))
+    ref = greedy(model, tokens, opts)
+    out = ref.tokens
+    recent = [
+        (*tokens[-8:], *out[:cut], *model.tokenize(edit, add_bos=False), *out[cut:]),
+        tuple(out[cut:]),
+    ]
+    suffix_tokens = model.tokenize(suffix, add_bos=False) + out[cut // 2 :]
+    sources = [RecycleSource(), SuffixSource(), NearbySource(lines=3), LookupSource()]
+    spec = (
+        Engine(model, sources, always_draft())
+        .stream(tokens, opts, suffix_tokens=suffix_tokens, recent_suggestions=recent)
+        .run()
+    )
+    assert spec.tokens == ref.tokens
+    assert spec.text == ref.text
+    assert spec.stop_reason == ref.stop_reason
+
+
+def test_recycled_suggestion_is_accepted_whole():
+    """The previous generation, cut by a keystroke that matched its first token, drafts the rest."""
+    model = model_for(7, eos_bias=-5.0)
+    tokens = model.tokenize("ab(x):\n")
+    opts = GenerationOptions(max_tokens=30)
+    ref = greedy(model, tokens, opts)
+    typed = tokens + ref.tokens[:1]
+    spec = (
+        Engine(model, [RecycleSource()], always_draft())
+        .stream(typed, opts, recent_suggestions=[(*tokens, *ref.tokens)])
+        .run()
+    )
+    assert spec.tokens == ref.tokens[1:] + greedy(model, tokens + ref.tokens, opts).tokens[:1]
+    recycled, st = spec.stats.by_source()["recycle"], spec.stats
+    # every token but each pass's bonus token was drafted by recycling, and accepted
+    assert recycled.accepted == recycled.drafted == st.tokens - st.passes > 0
+    assert st.passes == 2  # 30 tokens: two passes of 15 rows
 
 
 @pytest.mark.parametrize("wrong_at", range(0, 9))

@@ -21,6 +21,8 @@ from structspec.model.base import Model
 MAX_DOC_CHARS = 200_000
 #: Characters of the current document outside the prompt window, each side.
 MAX_REGION_CHARS = 64_000
+#: Characters after the cursor tokenized for the suffix and nearby sources.
+MAX_SUFFIX_CHARS = 8_000
 #: Other documents searched at most (the most recently edited first).
 MAX_DOCS = 12
 _REGION_CACHE = 8
@@ -67,6 +69,12 @@ class CorpusCache:
         else:
             self._regions.move_to_end(text)
         return tokens
+
+    def suffix(self, model: Model, text: str, offset: int) -> list[int]:
+        """Tokens of the text after the cursor (its first ``MAX_SUFFIX_CHARS``)."""
+        self._reset_for(model)
+        after = text[offset : offset + MAX_SUFFIX_CHARS]
+        return self._region(model, after) if after.strip() else []
 
     def collect(
         self,

@@ -16,6 +16,10 @@ engine, and returns the cleaned suggestion text:
    ``max_latency_ms`` has passed since the request, the line being written is
    finished and the rest dropped;
 5. clean-up (``suggest``).
+
+For the editor's draft sources it also passes the text after the cursor
+(``suffix``, ``nearby``) and the document's latest generations (``recycle``),
+and returns this generation's own (``Outcome.generated``) for the next.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ class Outcome:
     cut: int | None = None
     #: The prefill ran out of the latency budget (the service finishes it when idle).
     unfinished: bool = False
+    #: The prompt's last tokens and what the model generated after them, also
+    #: when cancelled (the ``recycle`` source drafts from it next time).
+    generated: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,13 @@ class CompletionInput:
     others: Sequence[DocumentSnapshot] = ()
     #: ``time.perf_counter()`` when the request arrived (the latency budget counts from it).
     t0: float = 0.0
+    #: The document's latest ``Outcome.generated``, newest first.
+    recent_suggestions: Sequence[tuple[int, ...]] = ()
+
+
+#: Prompt tokens kept in front of a generation in ``Outcome.generated``: enough
+#: to re-align a suggestion after the user deletes or retypes a few characters.
+GENERATED_CONTEXT_TOKENS = 32
 
 
 def build_prompt(
@@ -113,6 +127,11 @@ def run_completion(
             suffix_start=prompt.suffix_end,
             others=job.others,
         )
+    names = settings.source_names() if settings.speculative else ()
+    suffix_tokens: list[int] = []
+    if "suffix" in names or "nearby" in names:
+        suffix_tokens = corpus.suffix(model, job.text, job.offset)
+    recent = job.recent_suggestions if "recycle" in names else ()
     if cancelled():
         return Outcome(cancelled=True, cut=prompt.cut)
     if not settings.prefix_reuse:
@@ -141,6 +160,8 @@ def run_completion(
         options,
         corpus=tokens_corpus,
         language=job.language or None,
+        suffix_tokens=suffix_tokens,
+        recent_suggestions=recent,
         cancelled=cancelled,
         # Token healing acts where the cursor is: before the suffix in a FIM prompt.
         cursor=prompt.tokens.index(fim.suffix) if fim and fim.suffix in prompt.tokens else None,
@@ -174,8 +195,11 @@ def run_completion(
         # The chunks evaluated above are part of this request's prefill.
         stats.prefill_ms += (generation_start - t_prefill) * 1000.0
         stats.reused_tokens = min(stats.reused_tokens, reused)
+    generated: tuple[int, ...] = ()
+    if result is not None and result.tokens:
+        generated = (*result.prompt_tokens[-GENERATED_CONTEXT_TOKENS:], *result.tokens)
     if cancelled():
-        return Outcome(stats=stats, cancelled=True, cut=prompt.cut)
+        return Outcome(stats=stats, cancelled=True, cut=prompt.cut, generated=generated)
     if not early and result is not None:
         text = result.text
-    return Outcome(clean(text, job.cursor, mode), stats, cut=prompt.cut)
+    return Outcome(clean(text, job.cursor, mode), stats, cut=prompt.cut, generated=generated)

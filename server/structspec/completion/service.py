@@ -41,9 +41,9 @@ import itertools
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from structspec.completion.cache import PendingSuggestion
@@ -93,6 +93,9 @@ __all__ = ["CompletionRequest", "CompletionService", "Status", "Suggestion", "dr
 
 log = logging.getLogger(__name__)
 
+#: Latest generations kept per document for the ``recycle`` draft source.
+RECENT_SUGGESTIONS = 4
+
 
 def draft_language(uri: str, language_id: str, text: str) -> str:
     """The languageId the draft sources see for a document.
@@ -134,12 +137,25 @@ class _Result:
 
 @dataclass
 class _Session:
-    """Per-document state: the prompt cut (worker), the pending suggestion and job (loop)."""
+    """Per-document state: the prompt cut (worker), the pending suggestion and job (loop).
+
+    ``recent`` holds the document's latest generations (``Outcome.generated``,
+    newest first), the cancelled ones too: what the model said a keystroke ago
+    is the ``recycle`` source's draft for the next request.
+    """
 
     cut: int | None = None
     pending: PendingSuggestion | None = None
     job: _Job | None = None
     task: asyncio.Future[_Result] | None = None
+    recent: deque[tuple[int, ...]] = field(default_factory=lambda: deque(maxlen=RECENT_SUGGESTIONS))
+
+    def remember(self, generated: tuple[int, ...]) -> None:
+        if not generated:
+            return
+        if generated in self.recent:
+            self.recent.remove(generated)
+        self.recent.appendleft(generated)
 
 
 class CompletionService:
@@ -226,6 +242,9 @@ class CompletionService:
         call included) loads them in the worker now rather than on the next
         request; other settings cost nothing.
         """
+        if settings.model != self.settings.model:
+            for session in self._sessions.values():
+                session.recent.clear()  # token ids of another model
         self.settings = settings
         if self._warm_keys != (model_key(settings), engine_key(settings)):
             self.start()
@@ -394,9 +413,11 @@ class CompletionService:
                 return _Result(Outcome(cancelled=True))
         result = _Result(await self._submit(job))
         outcome = result.outcome
+        job.session.remember(outcome.generated)
         if outcome.stats is not None and not outcome.cancelled:
             st = outcome.stats
             self.stats.record_generation(st.tokens, st.seconds, st.prefill_ms, st.decode_ms)
+            self.stats.record_sources(st.by_source())
         if outcome.text is not None and not job.cancelled():
             result.id = f"s{next(self._ids)}"
             self.stats.record_shown(result.id, len(outcome.text))
@@ -428,9 +449,18 @@ class CompletionService:
         ]
         language = self._draft_languages.get(uri, doc.language if doc is not None else "")
         ctx = ctx or CursorContext.at(text, max(0, offset))
-        return _Job(
-            session, CompletionInput(uri, text, offset, language, ctx, settings, others, t0)
+        inputs = CompletionInput(
+            uri,
+            text,
+            offset,
+            language,
+            ctx,
+            settings,
+            others,
+            t0,
+            recent_suggestions=tuple(session.recent),
         )
+        return _Job(session, inputs)
 
     # -- pre-warm (see ``prewarm``) ------------------------------------------
     def _schedule_prewarm(self, uri: str, offset: int | None = None) -> None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from structspec.engine.stats import SourceStats
+
 #: Suggestions remembered for ``structspec.accept`` (older ids are forgotten).
 _REMEMBERED = 512
 
@@ -35,6 +37,8 @@ class AcceptanceStats:
     _prefill_ms: deque[float] = field(default_factory=lambda: deque(maxlen=256))
     _decode_ms: deque[float] = field(default_factory=lambda: deque(maxlen=256))
     _shown_ids: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    #: Drafting per source over the session's generations (tiers folded).
+    sources: dict[str, SourceStats] = field(default_factory=dict)
 
     def record_latency(self, ms: float) -> None:
         self.last_latency_ms = ms
@@ -56,6 +60,14 @@ class AcceptanceStats:
         self._decode_ms.append(decode_ms)
         if seconds > 0 and tokens:
             self.last_tokens_per_second = tokens / seconds
+
+    def record_sources(self, by_source: dict[str, SourceStats]) -> None:
+        """Add one generation's drafting per source (``GenerationStats.by_source()``)."""
+        for name, s in by_source.items():
+            total = self.sources.setdefault(name, SourceStats())
+            total.passes += s.passes
+            total.drafted += s.drafted
+            total.accepted += s.accepted
 
     def record_accept(self, suggestion_id: str) -> bool:
         """Count an acceptance once per shown suggestion; ``False`` for unknown ids."""
@@ -93,4 +105,8 @@ class AcceptanceStats:
             "medianLatencyMs": self.median_latency_ms,
             "medianPrefillMs": median(self._prefill_ms) if self._prefill_ms else None,
             "medianDecodeMs": median(self._decode_ms) if self._decode_ms else None,
+            "sources": {
+                name: {"passes": s.passes, "drafted": s.drafted, "accepted": s.accepted}
+                for name, s in sorted(self.sources.items())
+            },
         }

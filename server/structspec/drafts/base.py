@@ -86,6 +86,11 @@ class DraftContext:
     the text) so that no source resolves it again. ``max_tokens`` is the most a
     source may draft now: the planner sets it per source from the pass limit
     and ``policy``.
+
+    Two more come from an editor (empty elsewhere): ``suffix_tokens``, the
+    text after the cursor (the prompt ends at the cursor, at ``n_prompt``);
+    ``recent_suggestions``, the document's latest generations, newest first,
+    each the tail of its prompt followed by what the model generated.
     """
 
     model: Model
@@ -94,6 +99,8 @@ class DraftContext:
     max_tokens: int = 16
     corpus: Sequence[Sequence[int]] = ()
     language: str | None = None
+    suffix_tokens: Sequence[int] = ()
+    recent_suggestions: Sequence[Sequence[int]] = ()
     generation: int = 0
     policy: SourcePolicy = field(default_factory=SourcePolicy)
     _text_cache: dict[tuple[int, int], str] = field(default_factory=dict, repr=False)

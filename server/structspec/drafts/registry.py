@@ -66,6 +66,16 @@ SOURCES: tuple[SourceEntry, ...] = (
         "repeated line shapes",
         reads_corpus=True,
     ),
+    SourceEntry(
+        "recycle",
+        "structspec.drafts.recycle",
+        "RecycleSource",
+        "the document's latest suggestions",
+    ),
+    SourceEntry("suffix", "structspec.drafts.suffix", "SuffixSource", "the text after the cursor"),
+    SourceEntry(
+        "nearby", "structspec.drafts.nearby", "NearbySource", "the lines around the cursor"
+    ),
 )
 
 #: Names of the draft sources a user can choose (``sources = ["all"]`` is every one).

@@ -175,6 +175,8 @@ class Engine:
         *,
         corpus: Sequence[Sequence[int]] = (),
         language: str | None = None,
+        suffix_tokens: Sequence[int] = (),
+        recent_suggestions: Sequence[Sequence[int]] = (),
         cancelled: Callable[[], bool] | None = None,
         sources: Sequence[DraftSource] | None = None,
         cursor: int | None = None,
@@ -185,6 +187,10 @@ class Engine:
         token healing (default: the end). A fill-in-the-middle prompt
         (``PRE prefix SUF suffix MID``) passes the index of ``SUF``: the partial
         word at the end of the prefix moves into the generated middle.
+
+        ``corpus``, ``suffix_tokens`` and ``recent_suggestions`` are token
+        lists for the draft sources (``DraftContext``); they never change the
+        output.
         """
         self._generation += 1
         return Generation(
@@ -193,6 +199,8 @@ class Engine:
             options or GenerationOptions(),
             corpus=corpus,
             language=language,
+            suffix_tokens=suffix_tokens,
+            recent_suggestions=recent_suggestions,
             cancelled=cancelled,
             sources=self.sources if sources is None else list(sources),
             generation=self._generation,
@@ -215,6 +223,8 @@ class Generation:
         *,
         corpus: Sequence[Sequence[int]],
         language: str | None,
+        suffix_tokens: Sequence[int] = (),
+        recent_suggestions: Sequence[Sequence[int]] = (),
         cancelled: Callable[[], bool] | None,
         sources: Sequence[DraftSource],
         generation: int,
@@ -265,6 +275,8 @@ class Generation:
             n_prompt=len(prompt),
             corpus=corpus,
             language=language,
+            suffix_tokens=suffix_tokens,
+            recent_suggestions=recent_suggestions,
             generation=generation,
         )
         if engine.policy is not None and sources:

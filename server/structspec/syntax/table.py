@@ -269,7 +269,9 @@ def parse_table(data: dict[str, Any], root: Path) -> LanguageTable:
         except GrammarTableError as exc:
             warnings.warn(f"grammars: skipping domain: {exc}", stacklevel=2)
     if "generic" not in domains:
-        domains["generic"] = DomainSpec("generic", ("lookup", "rules", "motif"), {})
+        domains["generic"] = DomainSpec(
+            "generic", ("lookup", "rules", "motif", "recycle", "suffix", "nearby"), {}
+        )
     languages: dict[str, LanguageSpec] = {}
     for name, entry in (data.get("languages") or {}).items():
         try:
