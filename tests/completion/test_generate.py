@@ -130,7 +130,9 @@ def test_recycled_generation_drafts_after_a_diverging_keystroke() -> None:
         settings,
         recent_suggestions=(first.generated,),
     )
-    second = run_completion(engine, PromptBuilder(model), CorpusCache(), job, clock=lambda: 0.0)
+    second = run_completion(
+        engine, PromptBuilder(model), CorpusCache(), SnippetChooser(), job, clock=lambda: 0.0
+    )
     assert second.stats is not None
     recycled = second.stats.by_source()["recycle"]
     assert recycled.accepted > 0 and second.text is not None and second.text.startswith("x = 1")
@@ -144,9 +146,13 @@ def test_the_text_after_the_cursor_reaches_the_suffix_source() -> None:
     settings = Settings(model="standin", max_tokens=16, sources=("suffix",))
     engine = load_engine(settings, model=model)
     job = CompletionInput("file:///a.py", doc, len(text), "python", cursor, settings)
-    outcome = run_completion(engine, PromptBuilder(model), CorpusCache(), job, clock=lambda: 0.0)
+    outcome = run_completion(
+        engine, PromptBuilder(model), CorpusCache(), SnippetChooser(), job, clock=lambda: 0.0
+    )
     assert outcome.stats is not None and outcome.stats.by_source()["suffix"].accepted > 0
     off = Settings(model="standin", max_tokens=16, sources=("lookup",))
     job = CompletionInput("file:///a.py", doc, len(text), "python", cursor, off)
-    outcome = run_completion(engine, PromptBuilder(model), CorpusCache(), job, clock=lambda: 0.0)
+    outcome = run_completion(
+        engine, PromptBuilder(model), CorpusCache(), SnippetChooser(), job, clock=lambda: 0.0
+    )
     assert outcome.stats is not None and "suffix" not in outcome.stats.by_source()
