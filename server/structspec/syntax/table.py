@@ -270,7 +270,7 @@ def parse_table(data: dict[str, Any], root: Path) -> LanguageTable:
             warnings.warn(f"grammars: skipping domain: {exc}", stacklevel=2)
     if "generic" not in domains:
         domains["generic"] = DomainSpec(
-            "generic", ("lookup", "rules", "motif", "recycle", "suffix", "nearby"), {}
+            "generic", ("lookup", "rules", "motif", "recycle", "suffix"), {}
         )
     languages: dict[str, LanguageSpec] = {}
     for name, entry in (data.get("languages") or {}).items():
