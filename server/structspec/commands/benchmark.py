@@ -310,11 +310,11 @@ def _plot(path: str, runs: list[Run], summary: dict[str, Any], modes: list[str])
         for base in comparison_bases(modes):
             ratios = summary["modes"][mode].get(f"ratios_vs_{base}")
             if base != mode and ratios:
-                labels.append(f"{mode}\nvs {base}")
+                labels.append(f"{mode} vs {base}")
                 data.append(ratios)
     if data:
         left.boxplot(data, showfliers=True)
-        left.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+        left.set_xticks(range(1, len(labels) + 1), labels, fontsize=7, rotation=35, ha="right")
     left.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     left.set_ylabel("decode tokens/s ratio, per prompt")
     left.set_title(f"Per-prompt speed ({summary['prompts']} prompts)")
