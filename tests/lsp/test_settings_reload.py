@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-from lsp_helpers import TEXT, end_of, inline, open_doc
 from lsprotocol import types
 from pytest_lsp import LanguageClient
+from tests.helpers.lsp import TEXT, end_of, inline, open_doc
 
 
 def _rules_warnings(client: LanguageClient) -> list[str]:
