@@ -10,10 +10,12 @@ One name per idea. A setting ``max_tokens`` is:
 
 Precedence, lowest first: default, config file, environment, flag (or LSP
 client). A bad value never raises here: it is reported in ``errors`` and the
-value from the layer below is kept. The language server goes on that way (and
-tells the user); the commands that run the model (``run``, ``serve``,
-``benchmark``) refuse to start instead (``commands.common.settings_from_args``),
-because a typo would otherwise silently drop settings such as ``model``.
+value from the layer below is kept; of ``sources`` only the unknown names are
+dropped (an editor may name a source this server does not have: the known ones
+still apply). The language server goes on that way (and tells the user); the
+commands that run the model (``run``, ``serve``, ``benchmark``) refuse to
+start instead (``commands.common.settings_from_args``), because a typo would
+otherwise silently drop settings such as ``model``.
 
 The config file is ``$STRUCTSPEC_CONFIG`` if set, else
 ``$XDG_CONFIG_HOME/structspec/config.toml`` (``~/.config/structspec/config.toml``).
@@ -76,6 +78,14 @@ def camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
+class _UnknownItems(ValueError):
+    """A list setting with unknown names; ``known`` is what is left without them."""
+
+    def __init__(self, message: str, known: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.known = known
+
+
 def _coerce(name: str, kind: Any, value: Any, field_name: str | None = None) -> Any:
     """Convert ``value`` for field ``name`` or raise ``ValueError`` with a message."""
     if kind is bool or kind == "bool":
@@ -119,7 +129,11 @@ def _coerce(name: str, kind: Any, value: Any, field_name: str | None = None) -> 
     else:
         raise ValueError(f"{name} must be a list of strings, not {value!r}")
     if name == "sources":
-        resolve_sources(items)
+        try:
+            resolve_sources(items)
+        except ValueError as exc:  # unknown names: the known ones still apply
+            known = tuple(v for v in items if v == "all" or v in SOURCE_NAMES)
+            raise _UnknownItems(str(exc), known) from None
     return tuple(items)
 
 
@@ -151,6 +165,10 @@ def apply(
             continue
         try:
             updates[name] = _coerce(key, kinds[name], value, name)
+        except _UnknownItems as exc:
+            if exc.known:  # none known at all is a mistake: keep the value below
+                updates[name] = exc.known
+            errors.append(f"{exc}; keeping {updates.get(name, getattr(base, name))!r}")
         except ValueError as exc:
             errors.append(f"{exc}; keeping {getattr(base, name)!r}")
     return dataclasses.replace(base, **updates), sorted(updates), errors

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.fim_gguf import write_tiny_fim_gguf
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fim_gguf import write_tiny_fim_gguf  # noqa: E402
-
-from structspec.completion.prewarm import prefill_in_chunks, reusable_prefix  # noqa: E402
+from structspec.completion.prewarm import prefill_in_chunks, reusable_prefix
 
 pytest.importorskip("llama_cpp")
 from structspec.model.llama import LlamaModel  # noqa: E402

@@ -10,20 +10,16 @@ after a completion request.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.fim_gguf import TinyVocab, write_tiny_fim_gguf
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fim_gguf import TinyVocab, write_tiny_fim_gguf  # noqa: E402
-
-from structspec.completion.prompt import PromptBuilder, repo_tokens  # noqa: E402
-from structspec.completion.service import CompletionRequest, CompletionService  # noqa: E402
-from structspec.completion.snippets import Snippet  # noqa: E402
-from structspec.config import Settings  # noqa: E402
-from structspec.engine.decode import Engine  # noqa: E402
+from structspec.completion.prompt import PromptBuilder, repo_tokens
+from structspec.completion.service import CompletionRequest, CompletionService
+from structspec.completion.snippets import Snippet
+from structspec.config import Settings
+from structspec.engine.decode import Engine
 
 pytest.importorskip("llama_cpp")
 from structspec.model.llama import LlamaModel  # noqa: E402

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from http_helpers import ServerThread, SlowModel, standin_engine
+from tests.helpers.http_server import ServerThread, SlowModel, standin_engine
 
 from structspec.http.app import create_app
 from structspec.http.worker import EngineWorker, Job

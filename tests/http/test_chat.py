@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import openai
 import pytest
-from http_helpers import ServerThread, standin_engine
+from tests.helpers.http_server import ServerThread, standin_engine
 
 from structspec.engine.decode import GenerationOptions
 from structspec.http.app import create_app

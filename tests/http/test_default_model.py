@@ -8,7 +8,7 @@ from typing import Any
 
 import openai
 import pytest
-from http_helpers import ServerThread
+from tests.helpers.http_server import ServerThread
 
 from structspec.config import Settings
 

@@ -6,7 +6,7 @@ import concurrent.futures
 
 import openai
 import pytest
-from http_helpers import ServerThread, standin_engine
+from tests.helpers.http_server import ServerThread, standin_engine
 
 from structspec.engine.decode import GenerationOptions
 from structspec.http.chat import render_plain

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from http_helpers import ServerThread, SlowModel, standin_engine
+from tests.helpers.http_server import ServerThread, SlowModel, standin_engine
 
 from structspec.http.app import create_app
 from structspec.http.proxy import ProxyApp, create_proxy_app

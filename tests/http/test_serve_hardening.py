@@ -1,6 +1,6 @@
 """`structspec serve` against hostile and flaky clients, through real subprocesses.
 
-Each test starts the command as a user does (stand-in model; ``slow_serve.py``
+Each test starts the command as a user does (stand-in model; ``tests.helpers.slow_serve``
 where a generation must last), talks to it over 127.0.0.1 only, with raw
 sockets where an HTTP client would tidy the request up, and bounds every wait.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from http_helpers import ServeProcess, metric, raw_request, serve_env, status_of
+from tests.helpers.http_server import ServeProcess, metric, raw_request, serve_env, status_of
 
 JSON = {"content-type": "application/json"}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import openai
-from http_helpers import ServerThread, standin_engine
+from tests.helpers.http_server import ServerThread, standin_engine
 
 from structspec.engine.decode import GenerationOptions
 from structspec.model.standin import StandInModel

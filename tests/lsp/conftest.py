@@ -7,16 +7,9 @@ when an older copy is installed.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest_lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
-
-# pytest runs with --import-mode=importlib: make lsp_helpers importable for the tests here.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from lsp_helpers import end_session, init_params, server_command, server_env  # noqa: E402
+from tests.helpers.lsp import end_session, init_params, server_command, server_env
 
 
 @pytest_lsp.fixture(

@@ -12,10 +12,10 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
-from lsp_helpers import TEXT, URI, end_of, inline, open_doc
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
+from tests.helpers.lsp import TEXT, URI, end_of, inline, open_doc
 
 
 def rss_kib(client: LanguageClient) -> int:
@@ -258,8 +258,8 @@ def fut_id(client: LanguageClient, fut: object) -> object:
 
 async def test_model_that_cannot_load_and_bad_initialization_options(tmp_path):
     """A model that fails to load: showMessage with the fix, status error, server stays up."""
-    from lsp_helpers import end_session, init_params, server_command, server_env
     from pytest_lsp import ClientServerConfig
+    from tests.helpers.lsp import end_session, init_params, server_command, server_env
 
     bogus = tmp_path / "not-a-model.gguf"
     bogus.write_bytes(b"this is not a GGUF file")
@@ -296,8 +296,8 @@ async def test_model_that_cannot_load_and_bad_initialization_options(tmp_path):
 
 
 async def test_model_fixed_from_the_client_recovers(tmp_path):
-    from lsp_helpers import end_session, init_params, server_command, server_env
     from pytest_lsp import ClientServerConfig
+    from tests.helpers.lsp import end_session, init_params, server_command, server_env
 
     config = ClientServerConfig(server_command=server_command("--stdio"), server_env=server_env())
     client = await config.start()

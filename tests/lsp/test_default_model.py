@@ -7,7 +7,9 @@ import contextlib
 
 import pytest
 import pytest_lsp
-from lsp_helpers import (
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+from tests.helpers.lsp import (
     end_of,
     end_session,
     init_params,
@@ -16,8 +18,6 @@ from lsp_helpers import (
     server_command,
     server_env,
 )
-from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
 
 pytestmark = pytest.mark.model
 

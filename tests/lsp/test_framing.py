@@ -10,7 +10,7 @@ import asyncio
 import json
 
 import pytest
-from raw_client import RawClient, frame, no_traceback
+from tests.helpers.raw_client import RawClient, frame, no_traceback
 
 from structspec.lsp.framing import FrameReader
 

@@ -24,7 +24,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from raw_client import RawClient, frame, no_traceback
+from tests.helpers.raw_client import RawClient, frame, no_traceback
 
 URIS = st.sampled_from([f"file:///work/f{i}.py" for i in range(3)])
 TEXTS = st.text(alphabet="ab xy=():.,\n\t\r'é😀\x00", max_size=40)

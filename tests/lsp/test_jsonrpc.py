@@ -13,8 +13,8 @@ import sys
 import time
 
 import pytest
-from lsp_helpers import server_env
-from raw_client import RawClient, frame, no_traceback
+from tests.helpers.lsp import server_env
+from tests.helpers.raw_client import RawClient, frame, no_traceback
 
 URI = "file:///work/example.py"
 TEXT = "def add(a, b):\n    return a + b\n\n\nx = add(1, 2)\ny = "

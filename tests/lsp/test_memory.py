@@ -7,7 +7,7 @@ server process and reads its RSS.
 
 from __future__ import annotations
 
-from raw_client import RawClient, message
+from tests.helpers.raw_client import RawClient, message
 
 EDITS = 20_000
 LIMIT_KIB = 8 * 1024

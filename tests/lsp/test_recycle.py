@@ -11,9 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest_lsp
-from lsp_helpers import URI, end_session, init_params, inline, open_doc, server_command, server_env
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
+from tests.helpers.lsp import (
+    URI,
+    end_session,
+    init_params,
+    inline,
+    open_doc,
+    server_command,
+    server_env,
+)
 
 TEXT = "def add(a, b):\n    return a + b\n\n\nx = add(1, 2)\ny = "
 # On the stand-in of seed 9 the suggestion after "y = " is "bm]9.):wh:spj+n[z]:8,q";

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from lsp_helpers import TEXT, URI, end_of, inline, open_doc
 from lsprotocol import types
 from pytest_lsp import LanguageClient
+from tests.helpers.lsp import TEXT, URI, end_of, inline, open_doc
 
 
 async def test_capabilities(client: LanguageClient):
@@ -99,7 +99,7 @@ async def test_tcp_transport(tmp_path):
     import socket
     import sys
 
-    from lsp_helpers import server_env
+    from tests.helpers.lsp import server_env
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-from lsp_helpers import TEXT, end_of, inline, open_doc
 from lsprotocol import types
 from pytest_lsp import LanguageClient
+from tests.helpers.lsp import TEXT, end_of, inline, open_doc
 
 
 def _rules_warnings(client: LanguageClient) -> list[str]:
@@ -61,3 +61,23 @@ async def test_sources_and_rules_file_changes_take_effect(client: LanguageClient
     await _complete(client)
     await asyncio.sleep(0.2)
     assert len(_rules_warnings(client)) == 2  # rules off again: nothing reads the file
+
+
+async def test_unknown_source_name_is_reported_and_the_known_ones_apply(
+    client: LanguageClient, tmp_path
+):
+    """A name this server lacks (an editor's setting may name any): a warning, the rest apply."""
+    open_doc(client)
+    rules = str(tmp_path / "rules.json.gz")
+    await _change(client, sources=["lookup", "telepathy"], rulesFile=rules)
+    await _complete(client)
+    await asyncio.sleep(0.2)
+    assert _rules_warnings(client) == []  # `lookup` alone, not the default `all`
+    unknown = [m for m in client.messages if "telepathy" in m.message]
+    assert len(unknown) == 1 and unknown[0].type == types.MessageType.Warning
+    assert "unknown draft source(s) telepathy" in unknown[0].message
+
+    await _change(client, sources=["rules", "telepathy"], rulesFile=rules)
+    await _complete(client)
+    warnings = await _wait_for_warnings(client, 1)
+    assert len(warnings) == 1 and "rules.json.gz" in warnings[0]  # `rules` was built

@@ -6,8 +6,8 @@ import socket
 import subprocess
 
 import pytest
-from lsp_helpers import server_command, server_env
-from raw_client import RawClient, connect, free_port, no_traceback
+from tests.helpers.lsp import server_command, server_env
+from tests.helpers.raw_client import RawClient, connect, free_port, no_traceback
 
 URI = "file:///work/example.py"
 TEXT = "def add(a, b):\n    return a + b\n\n\nx = add(1, 2)\ny = "

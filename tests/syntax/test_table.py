@@ -96,7 +96,11 @@ def test_generic_domain_has_no_syntax_source() -> None:
 
 def test_bad_entries_are_skipped_with_a_warning(tmp_path: Path) -> None:
     data = {
-        "domains": {"x": {"sources": ["lookup", "nonsense"]}, "ok": {"sources": ["ast"]}},
+        "domains": {
+            "x": {"sources": ["lookup", "nonsense"]},
+            "ok": {"sources": ["ast"]},
+            "generic": {"sources": ["lookup"]},
+        },
         "languages": {
             "good": {"domain": "ok", "brackets": ["()"], "extensions": [".g"]},
             "badbrackets": {"domain": "ok", "brackets": ["(", "[]"]},
@@ -116,8 +120,24 @@ def test_bad_entries_are_skipped_with_a_warning(tmp_path: Path) -> None:
     assert table.languages["good"].grammar() is None  # no grammar: lexical state only
 
 
+def test_table_without_the_generic_domain_is_one_clear_error(tmp_path: Path) -> None:
+    """No built-in stand-in: ``[domains.generic]`` has one home, ``languages.toml``."""
+    with pytest.raises(GrammarTableError, match=r"\[domains\.generic\] is missing"):
+        parse_table({"domains": {"ok": {"sources": ["lookup"]}}}, tmp_path)
+    with warnings.catch_warnings():  # present but invalid: skipped, then missing
+        warnings.simplefilter("ignore")
+        with pytest.raises(GrammarTableError, match="generic"):
+            parse_table({"domains": {"generic": {"sources": ["nonsense"]}}}, tmp_path)
+    (tmp_path / "languages.toml").write_text("[languages.z]\ndomain = 'generic'\n")
+    with pytest.raises(GrammarTableError, match="domains.generic"):
+        load_table(str(tmp_path))
+
+
 def test_missing_grammar_wheel_is_not_fatal(tmp_path: Path) -> None:
-    data = {"languages": {"z": {"domain": "generic", "grammar": {"package": "no_such_ts_pkg"}}}}
+    data = {
+        "domains": {"generic": {"sources": ["lookup"]}},
+        "languages": {"z": {"domain": "generic", "grammar": {"package": "no_such_ts_pkg"}}},
+    }
     table = parse_table(data, tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -28,16 +28,11 @@ export interface ServerSettingSpec {
   /** Inclusive bounds for integers (the server's `_BOUNDS`). */
   readonly min?: number;
   readonly max?: number;
-  /** Only these strings are allowed in a list (besides none). */
-  readonly choices?: readonly string[];
   /** Changing it needs a new server process (the model is loaded at start). */
   readonly restart: boolean;
   /** The server's command-line flag for it (`structspec-lsp --help`), when it has one. */
   readonly flag?: string;
 }
-
-/** Draft sources the server knows (`SOURCE_NAMES` plus `all`). */
-export const SOURCE_NAMES = ['all', 'lookup', 'rules', 'python', 'ast', 'motif'] as const;
 
 /** Every server setting, in the order of `Settings` in `config.py`. */
 export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
@@ -49,7 +44,8 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'maxLatencyMs', kind: 'integer', min: 10, max: 600000, restart: false },
   { key: 'debounceMs', kind: 'integer', min: 0, max: 10000, restart: false },
   { key: 'languages', kind: 'stringList', restart: false },
-  { key: 'sources', kind: 'stringList', choices: SOURCE_NAMES, restart: false },
+  // Source names are the server's to check (it warns about and ignores unknown ones).
+  { key: 'sources', kind: 'stringList', restart: false },
   // The server builds its draft sources (and reads the rules file) when it loads the model.
   { key: 'rulesFile', kind: 'string', restart: true },
   { key: 'prefixReuse', kind: 'boolean', restart: false },
@@ -131,12 +127,6 @@ export function validateServerValue(spec: ServerSettingSpec, value: unknown): Va
         return fail(`${name} must be a list of strings, not ${describe(value)}`);
       }
       const items = value.map((v) => v.trim()).filter((v) => v.length > 0);
-      if (spec.choices !== undefined) {
-        const unknown = items.filter((v) => !spec.choices?.includes(v));
-        if (unknown.length > 0) {
-          return fail(`${name}: unknown value(s) ${unknown.join(', ')}; choose from ${spec.choices.join(', ')}`);
-        }
-      }
       return { ok: true, value: items };
     }
   }

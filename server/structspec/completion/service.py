@@ -8,8 +8,9 @@ runs. Blocking work (loading the model, tokenizing, decoding) never runs on the
 loop.
 
 This module keeps what lives on the loop: per-document sessions, the
-typing-through cache, debounce, cancellation and status. A request goes:
-typing-through cache (no model) -> debounce -> worker: ``generate.run_completion``.
+typing-through cache, debounce, cancellation and status; on the worker only
+the entry points that hand a job to ``host`` and ``generate`` (``_warm``,
+``_run``, ``_prewarm``).
 
 Stale work: a new request for a document cancels the one in flight for it
 (that one answers ``None``); a cancelled request (``$/cancelRequest``, which
@@ -21,11 +22,12 @@ warm-up on the worker; changes arriving while one is queued share it (it reads
 the latest settings when it runs), so toggling a setting twenty times loads at
 most twice.
 
-A request goes: typing-through cache (no model) -> debounce -> worker: stable
-prompt (see ``prompt``; with ``projectContext``, snippets of the other open
-documents, see ``snippets``), corpus of the open buffers, chunked prefill
-within the latency budget (see ``prewarm``), engine stream with the
-single-line/block mode and the latency budget -> clean-up (see ``suggest``).
+A request goes: typing-through cache (no model) -> debounce -> worker
+(``generate.run_completion``): stable prompt (see ``prompt``; with
+``projectContext``, snippets of the other open documents, see ``snippets``),
+corpus of the open buffers, chunked prefill within the latency budget (see
+``prewarm``), engine stream with the single-line/block mode and the latency
+budget -> clean-up (see ``suggest``).
 
 Pre-warm: an opened document, or one the user stopped editing for
 ``PREWARM_IDLE_S``, is prefilled in the background when nothing else runs;

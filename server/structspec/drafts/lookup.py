@@ -14,9 +14,8 @@ tier's acceptance separately:
 - the match length bucket (``m2``, ``m3``, ``m4``, ``m6``, ``m8``, ``m12``,
   ``m16``, ``m32``): how long the copy has been running. The long buckets let
   the planner learn apart a copy that has held for a few lines from one that
-  has held for a few words (replaying the HumanEval and mixed-suite
-  recordings, splitting ``m8`` into ``m8``..``m32`` cut predicted time by 0.7%
-  and 1.1%);
+  has held for a few words (what splitting ``m8`` into ``m8``..``m32`` gained
+  on the replay recordings is in ``docs/BENCHMARKS-replay.md``);
 - ``x`` when another earlier occurrence of the suffix (matching at least 3
   tokens, or 2 for an ``m2`` match) continued differently;
 - ``o`` when the match lies in the output so far rather than the prompt or

@@ -1,10 +1,10 @@
 """The one list of draft sources: names, modules, and how each is built.
 
 ``SOURCES`` is the registry. The config's source names (``SOURCE_NAMES``,
-``resolve_sources``), the CLI's help, the language table's check of its
-``sources`` and the VS Code client's ``structspec.sources`` enum (checked by a
-test) all come from it. Adding a source is its module plus one entry here
-(and, to enable it per language, ``grammars/languages.toml``); see
+``resolve_sources``), the CLI's help and the language table's check of its
+``sources`` all come from it; editors pass names through and the server warns
+about unknown ones (``config.apply``). Adding a source is its module plus one
+entry here (and, to enable it per language, ``grammars/languages.toml``); see
 ``docs/ARCHITECTURE.md``.
 
 This module imports nothing of structspec at load time, so that ``config``

@@ -134,9 +134,8 @@ class AcceptanceEstimator:
     The decay is fast on purpose: the planner scores every proposal (see
     ``DraftPlanner._settle``), so a key is observed on most passes, and what
     its last few proposals did predicts the next one better than a long
-    average (a copy that is running keeps running). Replaying the HumanEval
-    and mixed-suite recordings, decay 0.7 with 6 prior pseudo-trials beat
-    0.95 with 3 by 4% and 2% of predicted time.
+    average (a copy that is running keeps running). The decay and prior
+    weight were chosen on the replay recordings (``docs/MEASUREMENTS.md`` §3).
     """
 
     def __init__(
@@ -377,9 +376,9 @@ class DraftPlanner:
     A draft is sent when its expected gain exceeds ``min_gain``, or
     ``min_gain_behind`` while the generation's drafts have so far cost more than
     they saved (``balance_ms < 0``). The stricter bar when behind bounds what a
-    generation that drafts badly can lose against greedy decoding: replaying
-    80 HumanEval greedy outputs, 1.1 lifted the slowest prompt from 0.88x to
-    0.96x greedy without lowering the aggregate.
+    generation that drafts badly can lose against greedy decoding; on the
+    replay recordings 1.1 lifts the slowest prompts and costs HumanEval little
+    (``docs/MEASUREMENTS.md`` §3).
     """
 
     def __init__(

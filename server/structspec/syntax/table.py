@@ -261,7 +261,11 @@ def _generic(entry: Any) -> GenericSpec:
 
 
 def parse_table(data: dict[str, Any], root: Path) -> LanguageTable:
-    """Validate a parsed ``languages.toml``; bad entries are skipped with a warning."""
+    """Validate a parsed ``languages.toml``; bad entries are skipped with a warning.
+
+    The one entry the table cannot do without is ``[domains.generic]``: its
+    absence is a ``GrammarTableError``, like an unreadable file.
+    """
     domains: dict[str, DomainSpec] = {}
     for name, entry in (data.get("domains") or {}).items():
         try:
@@ -269,8 +273,10 @@ def parse_table(data: dict[str, Any], root: Path) -> LanguageTable:
         except GrammarTableError as exc:
             warnings.warn(f"grammars: skipping domain: {exc}", stacklevel=2)
     if "generic" not in domains:
-        domains["generic"] = DomainSpec(
-            "generic", ("lookup", "rules", "motif", "recycle", "suffix"), {}
+        # The domain of every buffer no language claims: without it there is no safe default.
+        raise GrammarTableError(
+            "languages.toml: [domains.generic] is missing or invalid; it is the domain of "
+            "every buffer no language claims (see the shipped grammars/languages.toml)"
         )
     languages: dict[str, LanguageSpec] = {}
     for name, entry in (data.get("languages") or {}).items():

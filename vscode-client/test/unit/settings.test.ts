@@ -123,7 +123,7 @@ describe('readSettings', () => {
       maxTokens: 1.5,
       debounceMs: '60',
       languages: 'python',
-      sources: ['lookup', 'telepathy'],
+      sources: 'lookup',
       prefixReuse: 'yes',
       model: 42,
       enable: 'no',
@@ -134,7 +134,13 @@ describe('readSettings', () => {
     assert.equal(settings.pythonPath, '');
     assert.equal(errors.length, 9, errors.join('\n'));
     assert.match(errors.join('\n'), /structspec\.threads must be between 1 and 256, not 0/);
-    assert.match(errors.join('\n'), /unknown value\(s\) telepathy/);
+    assert.match(errors.join('\n'), /structspec\.sources must be a list of strings/);
+  });
+
+  test('source names are passed on as they are: the server knows its sources', () => {
+    const { settings, errors } = settingsFrom({ sources: ['lookup', 'telepathy'] });
+    assert.deepEqual(errors, []);
+    assert.deepEqual(serverConfiguration(settings), { sources: ['lookup', 'telepathy'] });
   });
 
   test('~ in file paths is expanded when a home is given', () => {

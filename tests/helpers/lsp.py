@@ -1,4 +1,4 @@
-"""Helpers shared by the language-server tests (imported via the path set in conftest)."""
+"""Helpers shared by the language-server tests: the server subprocess, its settings, requests."""
 
 from __future__ import annotations
 

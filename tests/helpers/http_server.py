@@ -14,11 +14,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import uvicorn
 
 from structspec.config import Settings
@@ -85,11 +86,21 @@ def standin_engine(model: StandInModel | None = None) -> Engine:
     return load_engine(settings, model=model, announce=lambda _m: None)
 
 
+@pytest.fixture(scope="module")
+def standin_server() -> Iterator[ServerThread]:
+    """``structspec serve``'s app on the stand-in model, in a thread (import it into a conftest)."""
+    from structspec.http.app import create_app
+
+    app = create_app(standin_engine(), model_id="standin")
+    with ServerThread(app) as server:
+        yield server
+
+
 # -- `structspec serve` as a subprocess ------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Runs `structspec serve` with the stand-in made slow (see ``slow_serve.py``).
-SLOW_SERVE = Path(__file__).with_name("slow_serve.py")
+#: Runs `structspec serve` with the stand-in made slow (see ``tests.helpers.slow_serve``).
+SLOW_SERVE = "tests.helpers.slow_serve"
 
 
 def free_port() -> int:
@@ -109,7 +120,7 @@ def serve_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 class ServeProcess:
     """``structspec serve ARGS --port P`` in a subprocess; ``url`` once /health answers.
 
-    ``slow`` > 0 runs it through ``slow_serve.py``: the stand-in model with that
+    ``slow`` > 0 runs it through ``tests.helpers.slow_serve``: the stand-in model with that
     delay per verification pass, never stopping on its own (for disconnects and
     shutdown). stderr is collected in ``stderr`` when the process has ended.
     """
@@ -119,9 +130,12 @@ class ServeProcess:
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        head = [sys.executable, str(SLOW_SERVE), str(slow)] if slow else [sys.executable, "-m"]
+        head = [sys.executable, "-m", *([SLOW_SERVE, str(slow)] if slow else [])]
         self.cmd = [*head, "structspec", "serve", *args, "--port", str(self.port)]
-        self.env = env or serve_env(tmp_path)
+        self.env = dict(env or serve_env(tmp_path))
+        if slow:  # ``-m tests.helpers.slow_serve`` needs the repository root on the path
+            paths = [p for p in self.env.get("PYTHONPATH", "").split(os.pathsep) if p]
+            self.env["PYTHONPATH"] = os.pathsep.join([*paths, str(ROOT)])
         self.proc: subprocess.Popen[str] | None = None
         self.stderr = ""
 

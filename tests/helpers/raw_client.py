@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lsp_helpers import ROOT, STANDIN_OPTIONS, server_command, server_env
+from tests.helpers.lsp import ROOT, STANDIN_OPTIONS, server_command, server_env
 
 TIMEOUT = 30.0
 

@@ -1,6 +1,7 @@
 """``structspec serve`` on a slow stand-in model, for tests of disconnects and shutdown.
 
-Usage: ``python slow_serve.py DELAY structspec serve ARGS...``. The command
+Usage: ``python -m tests.helpers.slow_serve DELAY structspec serve ARGS...`` with
+the repository root on ``PYTHONPATH`` (``ServeProcess`` sets it). The command
 runs exactly as a user runs it (``structspec.cli.main``); only the model it
 opens is replaced by the stand-in with ``DELAY`` seconds per verification pass
 and EOS made impossible, so a generation lasts as long as ``max_tokens`` says.
@@ -9,15 +10,12 @@ and EOS made impossible, so a generation lasts as long as ``max_tokens`` says.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.helpers.http_server import SlowModel
 
-from http_helpers import SlowModel  # noqa: E402
-
-import structspec.runtime as runtime  # noqa: E402
-from structspec.cli import main  # noqa: E402
+import structspec.runtime as runtime
+from structspec.cli import main
 
 
 def _slow_model(spec: str, *, context_size: int = 4096, **_: Any) -> SlowModel:

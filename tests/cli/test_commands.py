@@ -15,7 +15,7 @@ import gguf
 import httpx
 import numpy as np
 import pytest
-from http_helpers import ServerThread
+from tests.helpers.http_server import ServerThread
 
 from structspec.cli import main
 from structspec.detect import _probe, gguf_info, scan_gguf
