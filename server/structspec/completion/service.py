@@ -8,8 +8,9 @@ runs. Blocking work (loading the model, tokenizing, decoding) never runs on the
 loop.
 
 This module keeps what lives on the loop: per-document sessions, the
-typing-through cache, debounce, cancellation and status. A request goes:
-typing-through cache (no model) -> debounce -> worker: ``generate.run_completion``.
+typing-through cache, debounce (adaptive, see ``debounce``), cancellation and
+status. A request goes: typing-through cache (no model) -> debounce -> worker:
+``generate.run_completion``.
 
 Stale work: a new request for a document cancels the one in flight for it
 (that one answers ``None``); a cancelled request (``$/cancelRequest``, which
@@ -56,6 +57,7 @@ from typing import Any
 
 from structspec.completion.cache import Extension, PendingSuggestion
 from structspec.completion.corpus import DocumentSnapshot
+from structspec.completion.debounce import AdaptiveDebounce
 from structspec.completion.documents import (
     UTF16,
     Document,
@@ -212,6 +214,7 @@ class CompletionService:
         self.settings = settings
         self.documents = DocumentStore(UTF16)
         self.stats = AcceptanceStats()
+        self.debounce = AdaptiveDebounce()
         self._on_status = on_status
         self._on_message = on_message
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -253,6 +256,7 @@ class CompletionService:
     def change_document(self, uri: str, version: int, changes: Iterable[TextChange]) -> Document:
         """Apply edits; raises ``UnknownDocument`` for a URI that is not open."""
         doc = self.documents.change(uri, version, changes)
+        self.debounce.keystroke(time.perf_counter())
         self._touch(uri)
         self._schedule_prewarm(uri, doc.edited_at)
         return doc
@@ -480,13 +484,15 @@ class CompletionService:
 
     async def _execute(self, job: _Job, invoked: bool) -> _Result:
         """Debounce, generate in the worker, and record the outcome (once per job)."""
-        debounce = job.input.settings.debounce_ms
-        if debounce > 0 and not invoked:
-            await asyncio.sleep(debounce / 1000.0)
+        wait = 0.0 if invoked else self.debounce.wait_ms(job.input.settings.debounce_ms)
+        if wait > 0:
+            await asyncio.sleep(wait / 1000.0)
             if job.cancelled():
                 return _Result(Outcome(cancelled=True))
         result = _Result(await self._submit(job))
         outcome = result.outcome
+        if outcome.stats is not None and not outcome.cancelled:
+            self.debounce.model_answered(outcome.stats.seconds * 1000.0)
         job.session.remember(outcome.generated)
         if outcome.stats is not None and not outcome.cancelled:
             st = outcome.stats
