@@ -126,12 +126,13 @@ def draft_language(uri: str, language_id: str, text: str) -> str:
     return lang.language_ids[0] if lang is not None and lang.language_ids else language_id
 
 
-def _continuation_answer(follow: str, ctx: CursorContext) -> tuple[bool, str | None]:
+def _continuation_answer(follow: str, ended: bool, ctx: CursorContext) -> tuple[bool, str | None]:
     """The suggestion at ``ctx`` from the model's pre-generated output ``follow``.
 
     Returns ``(ready, text)``: ``ready`` is false while the lines the answer
-    needs are not complete yet (then the model is asked); ``text`` is ``None``
-    when the model's answer is to show nothing (a single line that ends here).
+    needs are not complete yet (then the model is asked; ``ended``: the model
+    ended its output, so its last line is complete); ``text`` is ``None`` when
+    the model's answer is to show nothing (a single line that ends here).
     Mode as for a request (``suggest``), except that at the end of a line the
     continuation's next lines are offered as a block.
     """
@@ -139,8 +140,8 @@ def _continuation_answer(follow: str, ctx: CursorContext) -> tuple[bool, str | N
     if mode == LINE and not ctx.line_suffix.strip() and follow.lstrip(" \t").startswith("\n"):
         mode = BLOCK
     if mode == LINE:
-        return "\n" in follow, clean(follow, ctx, LINE)
-    complete = follow[: follow.rfind("\n")] if "\n" in follow else ""
+        return ended or "\n" in follow, clean(follow, ctx, LINE)
+    complete = follow if ended else follow[: max(0, follow.rfind("\n"))]
     if not complete.strip():
         return False, None
     return True, clean(complete, ctx, BLOCK)
@@ -455,7 +456,12 @@ class CompletionService:
         assert pending is not None
         rest = pending.rest_at(text, offset)
         follow = pending.continuation_at(text, offset) if rest is None else None
-        ready, shown = (False, None) if follow is None else _continuation_answer(follow, ctx)
+        cont = pending.continuation
+        ready, shown = (
+            (False, None)
+            if follow is None or cont is None
+            else _continuation_answer(follow, cont.ended, ctx)
+        )
         if rest is None and not ready:
             session.pending = None
             return False, None
@@ -467,7 +473,7 @@ class CompletionService:
                 pending.id, doc, text, offset, ctx, rest, "cache", latency, None
             )
         # Past it, along what the model wrote: a new suggestion, or the model's "nothing".
-        cont, follow = pending.continuation, follow or ""
+        follow = follow or ""
         assert cont is not None
         self.stats.served_from_pregeneration += 1
         suggestion_id = f"s{next(self._ids)}" if shown is not None else ""
