@@ -37,7 +37,7 @@ class ScriptedModel(StandInModel):
 
 
 class ContinuingModel(ScriptedModel):
-    """Writes ``script`` after the first prompt it sees, and goes on with it after any longer one."""
+    """Writes ``script`` after the first prompt it sees and goes on with it after a longer one."""
 
     def prefill(self, tokens: Sequence[int]) -> int:
         first = self._n_prompt
