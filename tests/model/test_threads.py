@@ -1,4 +1,4 @@
-"""The thread governor: fewer threads while other processes hold the cores, all when they are free."""
+"""The thread governor: fewer threads while other processes hold the cores, all when free."""
 
 from __future__ import annotations
 
