@@ -169,3 +169,27 @@ def test_what_a_continuation_answers_at_a_cursor() -> None:
     assert _continuation_answer("\ny = ", False, end) == (False, None)
     blank = CursorContext.at("x = 1\n", 6)  # a blank line that opens nothing: one line
     assert _continuation_answer("y = 2\n", False, blank) == (True, "y = 2")
+
+
+def test_a_request_right_after_an_edit_keeps_what_pre_generation_wrote() -> None:
+    """The request settles the pre-generation itself; it does not race its callback."""
+
+    async def scenario() -> tuple[str | None, int]:
+        svc = make_service(StandInModel(seed=5, eos_bias=-30.0))
+        svc._call_soon = lambda *args: None  # type: ignore[method-assign]  # no callbacks
+        svc.open_document(URI, "python", 1, TEXT)
+        first = await svc.complete(CompletionRequest(URI, *end_of(TEXT)))
+        assert first is not None
+        await wait_for(lambda: svc._pregeneration is not None and svc._pregeneration[0].done())
+        pending = svc._sessions[URI].pending
+        assert pending is not None and pending.continuation is not None
+        assert pending.continuation.text == first.text + "\n"  # nothing attached yet
+        line, col = end_of(TEXT)
+        svc.change_document(URI, 2, [TextChange(first.text, Range(line, col, line, col))])
+        got = await svc.complete(CompletionRequest(URI, *end_of(TEXT + first.text)))
+        served = svc.stats.served_from_pregeneration
+        svc.close()
+        return (None if got is None else got.text), served
+
+    text, served = asyncio.run(scenario())
+    assert served == 1 and text is not None and text.startswith("\n")

@@ -143,7 +143,7 @@ def _continuation_answer(follow: str, ended: bool, ctx: CursorContext) -> tuple[
         return ended or "\n" in follow, clean(follow, ctx, LINE)
     complete = follow if ended else follow[: max(0, follow.rfind("\n"))]
     if not complete.strip():
-        return False, None
+        return ended, None  # nothing complete yet, or the model's answer is nothing
     return True, clean(complete, ctx, BLOCK)
 
 
@@ -226,6 +226,10 @@ class CompletionService:
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._background_timer: asyncio.Handle | None = None
         self._background_job: _Job | None = None
+        #: The pre-generation on the worker: its future, session and the entry it extends.
+        self._pregeneration: (
+            tuple[concurrent.futures.Future[Extension], _Session, PendingSuggestion] | None
+        ) = None
         self._ids = itertools.count(1)
         self._busy = 0
         self._closed = False
@@ -379,6 +383,7 @@ class CompletionService:
         self._bind_loop()
         t0 = time.perf_counter()
         self._abandon_background()
+        await self._settle_pregeneration()
         self.stats.requests += 1
         doc = self.documents.get(request.uri)
         settings = self.settings
@@ -631,9 +636,24 @@ class CompletionService:
         self._background_job = job
         with contextlib.suppress(RuntimeError):  # shut down
             future = self._executor.submit(self._pregenerate, job, pending)
+            self._pregeneration = (future, session, pending)
             future.add_done_callback(
                 lambda f: self._call_soon(self._pregenerated, session, pending, f)
             )
+
+    async def _settle_pregeneration(self) -> None:
+        """A request came: wait for the pre-generation it stopped, and keep what it wrote.
+
+        The request would wait for the worker anyway (the pass in progress
+        finishes first); once the words are in, it can be answered from them.
+        """
+        running, self._pregeneration = self._pregeneration, None
+        if running is None:
+            return
+        future, session, pending = running
+        with contextlib.suppress(Exception):
+            await asyncio.wrap_future(future)
+        self._pregenerated(session, pending, future)
 
     def _pregenerated(
         self,
@@ -641,17 +661,20 @@ class CompletionService:
         pending: PendingSuggestion,
         future: concurrent.futures.Future[Extension],
     ) -> None:
-        """Loop: add what pre-generation wrote to the document's pending suggestion."""
+        """Loop: add what pre-generation wrote to the document's pending suggestion (once)."""
+        if not future.done():
+            return
         ext = None if future.cancelled() or future.exception() else future.result()
         now = session.pending
-        if ext is None or not ext.tokens or now is None or now.continuation is None:
+        if ext is None or not (ext.tokens or ext.ended) or now is None or now.continuation is None:
             return
         if now.continuation.tokens is not pending.continuation.tokens:  # type: ignore[union-attr]
             return  # a suggestion from another generation is on screen now
         self.stats.pregenerated_tokens += len(ext.tokens)
         extended = now.continuation.extended(ext)
         session.pending = now.with_continuation(extended)
-        session.remember(extended.tokens[-len(ext.tokens) - GENERATED_CONTEXT_TOKENS :])
+        if ext.tokens:
+            session.remember(extended.tokens[-len(ext.tokens) - GENERATED_CONTEXT_TOKENS :])
 
     async def _submit(self, job: _Job) -> Outcome:
         self._abandon_background()  # a pre-warm queued meanwhile must not delay a request
