@@ -49,7 +49,7 @@ class Settings:
     context_size: int = 4096
     max_tokens: int = 128
     max_latency_ms: int = 1500
-    debounce_ms: int = 60
+    debounce_ms: int = 60  # the longest wait before asking the model (completion/debounce.py)
     languages: tuple[str, ...] = ()  # LSP languageIds to complete; empty: all
     sources: tuple[str, ...] = ("all",)
     rules_file: str = ""  # rules mined with `structspec mine`; empty: the packaged default

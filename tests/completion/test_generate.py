@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
-from structspec.completion.generate import CompletionInput, run_completion
+from structspec.completion.generate import CompletionInput, continue_generation, run_completion
 from structspec.completion.prompt import PromptBuilder
 from structspec.completion.snippets import SnippetChooser
 from structspec.completion.suggest import BLOCK, CursorContext
@@ -36,6 +36,16 @@ class ScriptedModel(StandInModel):
         return out
 
 
+class ContinuingModel(ScriptedModel):
+    """Writes ``script`` after the first prompt it sees and goes on with it after a longer one."""
+
+    def prefill(self, tokens: Sequence[int]) -> int:
+        first = self._n_prompt
+        reused = super().prefill(tokens)
+        self._n_prompt = first or self._n_prompt
+        return reused
+
+
 TEXT = "def f():\n    "
 SCRIPT = "x = 1\n    y = 2\n    z = 3\n"
 
@@ -50,12 +60,28 @@ def complete(model, settings: Settings, *, clock=None, others=(), text: str = TE
     )
 
 
-def test_a_block_is_written_whole_within_the_budget() -> None:
+def test_a_block_answers_its_first_line_and_the_continuation_holds_the_rest() -> None:
     settings = Settings(model="standin", max_tokens=64, sources=("lookup",))
-    _, outcome = complete(ScriptedModel(SCRIPT), settings, clock=lambda: 0.0)
+    model = ContinuingModel(SCRIPT)
+    engine, outcome = complete(model, settings, clock=lambda: 0.0)
     assert CursorContext.at(TEXT, len(TEXT)).mode == BLOCK
-    assert outcome.text == "x = 1\n    y = 2\n    z = 3"
+    assert outcome.text == "x = 1"
     assert outcome.cut is not None and not outcome.cancelled
+    cont = outcome.continuation
+    assert cont is not None and SCRIPT.startswith(cont.text) and cont.text.startswith("x = 1\n")
+    # Pre-generation writes on until two lines past what was shown are complete.
+    cursor = CursorContext.at(TEXT, len(TEXT))
+    job = CompletionInput("file:///a.py", TEXT, len(TEXT), "python", cursor, settings)
+    ext, _ = continue_generation(engine, CorpusCache(), job, cont, len(outcome.text))
+    longer = cont.extended(ext)
+    assert SCRIPT.startswith(longer.text) and longer.lines_after(len("x = 1")) >= 2
+    assert longer.tokens[: len(cont.tokens)] == cont.tokens
+    assert model.detokenize(list(longer.tokens)).endswith(TEXT + longer.text)
+    # Until the model ends it.
+    ext, _ = continue_generation(engine, CorpusCache(), job, longer, len(longer.text))
+    whole = longer.extended(ext)
+    assert whole.text == SCRIPT and whole.ended
+    assert continue_generation(engine, CorpusCache(), job, whole, 0)[0].tokens == ()
 
 
 def test_max_latency_finishes_the_line_being_written_and_stops() -> None:
@@ -109,8 +135,11 @@ def test_generated_is_the_prompt_tail_and_the_output() -> None:
     model = ScriptedModel(SCRIPT)
     settings = Settings(model="standin", max_tokens=64, sources=("recycle",))
     _, outcome = complete(model, settings, clock=lambda: 0.0)
-    n = len(SCRIPT)  # one token per character
-    assert outcome.generated[-n:] == tuple(model.tokenize(SCRIPT, add_bos=False))
+    assert outcome.continuation is not None
+    written = outcome.continuation.text  # the first line and what its last pass wrote
+    n = len(written)  # one token per character
+    assert n >= len("x = 1\n") and SCRIPT.startswith(written)
+    assert outcome.generated[-n:] == tuple(model.tokenize(written, add_bos=False))
     assert model.detokenize(outcome.generated[:-n]).endswith("a.py\n" + TEXT)
 
 

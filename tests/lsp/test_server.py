@@ -148,3 +148,27 @@ async def test_tcp_transport(tmp_path):
             proc.kill()
         await proc.wait()
     assert (tmp_path / "lsp.log").is_file()
+
+
+async def _prewarmed(client: LanguageClient, at_least: int) -> int:
+    for _ in range(400):  # wait (not a timing assertion) for the pause and the pre-warm
+        status = await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="structspec.status", arguments=[])
+        )
+        if status["stats"]["prewarmed"] >= at_least:
+            break
+        await asyncio.sleep(0.05)
+    return status["stats"]["prewarmed"]
+
+
+async def test_cursor_notification_pre_warms_and_bad_params_are_ignored(client: LanguageClient):
+    open_doc(client)
+    assert await _prewarmed(client, 1) == 1  # the document as opened
+    for params in (None, {}, {"textDocument": {"uri": URI}, "position": {"line": -1}}, [1, 2]):
+        client.protocol.notify("structspec/didMoveCursor", params)
+    client.protocol.notify(
+        "structspec/didMoveCursor",
+        {"textDocument": {"uri": URI}, "position": {"line": 1, "character": 4}},
+    )
+    assert await _prewarmed(client, 2) == 2  # then the cursor's place
+    assert (await inline(client, end_of(TEXT))).items  # still serving

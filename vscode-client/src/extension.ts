@@ -24,6 +24,7 @@ import {
   type LanguageClientOptions,
   type Message,
 } from 'vscode-languageclient/node';
+import { CURSOR_NOTIFICATION, cursorParams, CursorReporter, type CursorPlace } from './cursor';
 import {
   crashNotice,
   modelFailureLine,
@@ -139,6 +140,8 @@ class Controller implements vscode.Disposable {
   /** Start/stop/restart run one at a time, in order. */
   private queue: Promise<void> = Promise.resolve();
   private stopping = false;
+  /** Reports where the cursor rests, so the server pre-warms there. */
+  private readonly cursor = new CursorReporter((place) => this.sendCursor(place));
 
   constructor() {
     this.output = vscode.window.createOutputChannel('structspec', { log: true });
@@ -562,7 +565,34 @@ class Controller implements vscode.Disposable {
     this.output.show(true);
   }
 
+  /** The selection of ``editor`` changed (or it became active). */
+  cursorMoved(editor: vscode.TextEditor | undefined): void {
+    const selection = editor?.selections.length === 1 ? editor.selections[0] : undefined;
+    const scheme = editor?.document.uri.scheme;
+    if (editor === undefined || selection === undefined || !selection.isEmpty || (scheme !== 'file' && scheme !== 'untitled')) {
+      return;
+    }
+    const at = selection.active;
+    this.cursor.moved({ uri: editor.document.uri.toString(), line: at.line, character: at.character });
+  }
+
+  edited(document: vscode.TextDocument): void {
+    this.cursor.edited(document.uri.toString());
+  }
+
+  closed(document: vscode.TextDocument): void {
+    this.cursor.closed(document.uri.toString());
+  }
+
+  private sendCursor(place: CursorPlace): void {
+    const client = this.client;
+    if (client !== undefined && client.isRunning() && this.settings.enable) {
+      void client.sendNotification(CURSOR_NOTIFICATION, cursorParams(place)).catch(() => undefined);
+    }
+  }
+
   dispose(): void {
+    this.cursor.stop();
     this.statusItem.dispose();
     this.output.dispose();
   }
@@ -583,6 +613,10 @@ export function activate(context: vscode.ExtensionContext): void {
         c.onConfigurationChanged();
       }
     }),
+    vscode.window.onDidChangeTextEditorSelection((e) => c.cursorMoved(e.textEditor)),
+    vscode.window.onDidChangeActiveTextEditor((editor) => c.cursorMoved(editor)),
+    vscode.workspace.onDidChangeTextDocument((e) => c.edited(e.document)),
+    vscode.workspace.onDidCloseTextDocument((document) => c.closed(document)),
   );
   void c.start();
 }

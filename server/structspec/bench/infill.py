@@ -23,8 +23,12 @@ four characters), and edit similarity (1 - Levenshtein distance / longer length)
 
 Latency (keystroke to answer): *cold* is the first request right after the
 document is opened (every prompt token evaluated then), *pre-warmed* the first
-request after ``idle_s`` seconds of idling on a freshly opened document (cases
-alternate between the two), *warm* the requests after typed characters.
+request after ``idle_s`` seconds of idling on a freshly opened document whose
+cursor the client reported (``structspec/didMoveCursor``, as the VS Code client
+does when the cursor rests; cases alternate between cold and pre-warmed),
+*warm* the requests after typed characters. ``before_chars`` sets how much of
+a real file comes before the cleared line (the default is about 2,000 tokens;
+16,000 characters is about 4,000).
 
 Two servers run side by side, without and with ``projectContext``, typing in
 turn at each case, so a busy phase of a shared machine hits both alike.
@@ -45,6 +49,7 @@ from typing import Any
 
 from structspec.bench.editor import _percentile, _Replay, _utf16_len, start_server
 from structspec.bench.mixed import EXTENSIONS, collect
+from structspec.lsp.convert import CURSOR_NOTIFICATION
 
 Out = Callable[[str], None]
 
@@ -138,7 +143,7 @@ def _neighbours(path: Path, language: str) -> tuple[tuple[str, str, str], ...]:
     return tuple(found)
 
 
-def file_cases(limit: int) -> list[Case]:
+def file_cases(limit: int, before_chars: int = BEFORE_CHARS) -> list[Case]:
     """``limit`` cuts of real files, spread over the mixed suite's languages."""
     per_language = max(1, -(-limit // len(EXTENSIONS)))
     pools = [collect(language, per_language) for language in EXTENSIONS]
@@ -157,8 +162,8 @@ def file_cases(limit: int) -> list[Case]:
             if at < 0:
                 continue
             cursor = at + len(item["prompt"])
-            start = source.find("\n", max(0, cursor - BEFORE_CHARS), cursor) + 1
-            start = start if cursor - BEFORE_CHARS > 0 else 0
+            start = source.find("\n", max(0, cursor - before_chars), cursor) + 1
+            start = start if cursor - before_chars > 0 else 0
             end = source.find("\n", min(len(source), cursor + AFTER_CHARS))
             source = source[start : len(source) if end < 0 else end + 1]
             line = source.count("\n", 0, cursor - start)
@@ -274,9 +279,13 @@ class _InfillServer(_Replay):
         for uri, language, text in case.neighbours:
             self.open(uri, language, text)
         self.open(case.uri, case.language, case.text)
-        if prewarm:
-            await asyncio.sleep(idle_s)
         column = _utf16_len(case.indent)
+        if prewarm:
+            where = {"line": case.line, "character": column}
+            self.client.notify(
+                CURSOR_NOTIFICATION, {"textDocument": {"uri": case.uri}, "position": where}
+            )
+            await asyncio.sleep(idle_s)
         t0 = time.perf_counter()
         suggestion = await self.ask(case.uri, case.line, column)
         ms = (time.perf_counter() - t0) * 1000.0
@@ -374,9 +383,10 @@ def run_infill_benchmark(
     limit: int = 40,
     idle_s: float = 3.0,
     timeout_s: float = 300.0,
+    before_chars: int = BEFORE_CHARS,
 ) -> dict[str, Any]:
     """Build the cases (``limit`` per part), run both servers, print the tables."""
-    cases = humaneval_cases(limit) + file_cases(limit)
+    cases = humaneval_cases(limit) + file_cases(limit, before_chars)
     if not cases:
         raise ValueError("no infilling cases could be built")
     parts = {part: sum(c.part == part for c in cases) for part in ("humaneval", "files")}
@@ -386,7 +396,8 @@ def run_infill_benchmark(
     out(
         f"infill: {parts['humaneval']} HumanEval lines + {parts['files']} real-file lines, "
         f"asked at the line start and after 1..{TYPED} typed characters; {threads} thread(s); "
-        f"odd cases pre-warmed by {idle_s:.0f} s idle"
+        f"odd cases pre-warmed by {idle_s:.0f} s idle at the reported cursor; real files: "
+        f"up to {before_chars} characters before the line"
     )
     t0 = time.perf_counter()
     scores = asyncio.run(_run(cases, model, threads, idle_s, timeout_s, out))

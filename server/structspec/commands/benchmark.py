@@ -59,6 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_model_arguments(p)
     p.add_argument("--limit", type=int, help="first N prompts only")
+    p.add_argument(
+        "--before-chars",
+        type=int,
+        default=7000,
+        help="infill: characters of a real file kept before the cleared line "
+        "(default 7000, about 2,000 tokens; 16000 is about 4,000)",
+    )
     p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt (default 128)")
     p.add_argument("--repeat", type=int, default=1, help="runs per prompt and mode (default 1)")
     p.add_argument(
@@ -587,13 +594,19 @@ def _run_infill(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise UserError("--limit must be positive")
+    if args.before_chars < 1:
+        raise UserError("--before-chars must be positive")
     settings = settings_from_args(args).settings
     return _run_printed(
         args,
         "infill",
         "single-line infilling",
         lambda out: run_infill_benchmark(
-            settings.model, settings.threads, out=out, limit=args.limit or 40
+            settings.model,
+            settings.threads,
+            out=out,
+            limit=args.limit or 40,
+            before_chars=args.before_chars,
         ),
     )
 

@@ -14,8 +14,13 @@ engine, and returns the cleaned suggestion text:
 4. the engine's stream, stopped by the single-line/block mode, by
    cancellation between passes, and by the latency budget: once
    ``max_latency_ms`` has passed since the request, the line being written is
-   finished and the rest dropped;
+   finished and the rest dropped. A block answers with its first line as soon
+   as that line is complete: the rest comes from pre-generation;
 5. clean-up (``suggest``).
+
+The outcome carries the model's output as a ``Continuation`` (the tokens
+behind it included), and ``continue_generation`` is pre-generation: it extends
+a continuation past what was shown, on the same KV slot, while the user reads.
 
 For the editor's draft sources it also passes the text after the cursor
 (``suffix``, ``nearby``) and the document's latest generations (``recycle``),
@@ -28,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from structspec.completion.cache import Continuation, Extension
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
 from structspec.completion.prewarm import PREFILL_CHUNK, prefill_in_chunks, reusable_prefix
 from structspec.completion.prompt import Prompt, PromptBuilder, file_name
@@ -35,7 +41,7 @@ from structspec.completion.snippets import Neighbour, Snippet, SnippetChooser
 from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean, cut_block
 from structspec.config import Settings
 from structspec.drafts.registry import reads_corpus
-from structspec.engine.decode import Engine, GenerationOptions
+from structspec.engine.decode import Engine, GenerationOptions, GenerationResult
 from structspec.engine.stats import GenerationStats
 
 
@@ -53,6 +59,9 @@ class Outcome:
     #: The prompt's last tokens and what the model generated after them, also
     #: when cancelled (the ``recycle`` source drafts from it next time).
     generated: tuple[int, ...] = ()
+    #: The model's whole output from the cursor (``text`` is its cleaned first
+    #: part), for pre-generation to continue; ``None`` when cancelled.
+    continuation: Continuation | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,22 @@ class CompletionInput:
 #: Prompt tokens kept in front of a generation in ``Outcome.generated``: enough
 #: to re-align a suggestion after the user deletes or retypes a few characters.
 GENERATED_CONTEXT_TOKENS = 32
+
+
+def first_line_done(text: str) -> int | None:
+    """End of the first non-blank line of ``text`` once that line is complete, else ``None``."""
+    start = 0
+    while (newline := text.find("\n", start)) >= 0:
+        if text[start:newline].strip():
+            return newline
+        start = newline + 1
+    return None
+
+
+def extension(engine: Engine, result: GenerationResult) -> Extension:
+    """What a generation wrote at the cursor (the bytes token healing took back excluded)."""
+    data = b"".join(engine.model.token_bytes(t) for t in result.tokens)
+    return Extension((*result.tokens,), data[result.healed_bytes :], result.stop_reason == "eos")
 
 
 def build_prompt(
@@ -176,7 +201,10 @@ def run_completion(
             text += step.text
             if mode == BLOCK:
                 text, dedented = cut_block(text, job.cursor)
-                if dedented:
+                line_end = first_line_done(text)
+                if dedented or line_end is not None:
+                    # The rest of a block comes from pre-generation.
+                    text = text if line_end is None else text[:line_end]
                     early = True
                     break
             if mark is None and clock() - job.t0 > budget:
@@ -200,6 +228,68 @@ def run_completion(
         generated = (*result.prompt_tokens[-GENERATED_CONTEXT_TOKENS:], *result.tokens)
     if cancelled():
         return Outcome(stats=stats, cancelled=True, cut=prompt.cut, generated=generated)
-    if not early and result is not None:
-        text = result.text
-    return Outcome(clean(text, job.cursor, mode), stats, cut=prompt.cut, generated=generated)
+    continuation: Continuation | None = None
+    if result is not None:
+        start = Continuation("", (*result.prompt_tokens,))
+        continuation = start.extended(extension(engine, result))
+        if not early:
+            text = result.text
+    return Outcome(
+        clean(text, job.cursor, mode),
+        stats,
+        cut=prompt.cut,
+        generated=generated,
+        continuation=continuation,
+    )
+
+
+#: Lines pre-generation writes past the end of what the user was shown.
+PREGENERATE_LINES = 2
+
+
+def continue_generation(
+    engine: Engine,
+    corpus: CorpusCache,
+    job: CompletionInput,
+    continuation: Continuation,
+    shown: int,
+    *,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> tuple[Extension, GenerationResult | None]:
+    """Pre-generation: what the model writes after ``continuation``.
+
+    It writes until ``continuation`` holds ``PREGENERATE_LINES`` complete lines
+    after its first ``shown`` characters, the model ends it, ``max_tokens``
+    more tokens, or ``cancelled()`` (between passes; what was written until
+    then is returned). The sequence continues greedily from
+    ``continuation.tokens``, whose start is still in the model's KV cache, so
+    the first pass costs one row.
+    """
+    settings = job.settings
+    lines = continuation.lines_after(shown)
+    if continuation.ended or lines >= PREGENERATE_LINES:
+        return Extension((), b""), None
+    names = settings.source_names() if settings.speculative else ()
+    suffix_tokens: list[int] = []
+    if "suffix" in names or "nearby" in names:
+        suffix_tokens = corpus.suffix(engine.model, job.text, job.offset)
+    options = GenerationOptions(max_tokens=settings.max_tokens, speculative=settings.speculative)
+    generation = engine.stream(
+        continuation.tokens,
+        options,
+        language=job.language or None,
+        suffix_tokens=suffix_tokens,
+        cancelled=cancelled,
+    )
+    steps = iter(generation)
+    try:
+        for step in steps:
+            lines += step.text.count("\n")
+            if lines >= PREGENERATE_LINES:
+                break
+    finally:
+        steps.close()  # type: ignore[attr-defined]
+    result = generation.result
+    if result is None:
+        return Extension((), b""), None
+    return extension(engine, result), result

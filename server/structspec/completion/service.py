@@ -8,9 +8,10 @@ runs. Blocking work (loading the model, tokenizing, decoding) never runs on the
 loop.
 
 This module keeps what lives on the loop: per-document sessions, the
-typing-through cache, debounce, cancellation and status; on the worker only
-the entry points that hand a job to ``host`` and ``generate`` (``_warm``,
-``_run``, ``_prewarm``).
+typing-through and pre-generated answers, debounce (adaptive, see
+``debounce``), cancellation and status; on the worker only the entry points
+that hand a job to ``host`` and ``generate`` (``_warm``, ``_run``,
+``_prewarm``, ``_pregenerate``).
 
 Stale work: a new request for a document cancels the one in flight for it
 (that one answers ``None``); a cancelled request (``$/cancelRequest``, which
@@ -29,9 +30,17 @@ corpus of the open buffers, chunked prefill within the latency budget (see
 ``prewarm``), engine stream with the single-line/block mode and the latency
 budget -> clean-up (see ``suggest``).
 
-Pre-warm: an opened document, or one the user stopped editing for
-``PREWARM_IDLE_S``, is prefilled in the background when nothing else runs;
-any request or edit abandons it between two chunks.
+Background work, one job at a time on the worker, only when no request is
+queued or running, abandoned by any request or edit (between two prefill
+chunks or two verification passes):
+
+- *pre-warm*: an opened document, one the user stopped editing for
+  ``PREWARM_IDLE_S``, or the place the editor says the cursor moved to
+  (``cursor_moved``), is prefilled into a KV slot;
+- *pre-generation*: once a suggestion is shown, the model keeps writing past
+  its end (``generate.continue_generation``), so that accepting it (whole, a
+  line, a word) and going on is answered from what is written
+  (``cache.PendingSuggestion.continuation_at``) without the model.
 """
 
 from __future__ import annotations
@@ -48,8 +57,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from structspec.completion.cache import PendingSuggestion
+from structspec.completion.cache import Extension, PendingSuggestion
 from structspec.completion.corpus import DocumentSnapshot
+from structspec.completion.debounce import AdaptiveDebounce
 from structspec.completion.documents import (
     UTF16,
     Document,
@@ -58,7 +68,14 @@ from structspec.completion.documents import (
     index_to_column,
     uri_path,
 )
-from structspec.completion.generate import CompletionInput, Outcome, build_prompt, run_completion
+from structspec.completion.generate import (
+    GENERATED_CONTEXT_TOKENS,
+    CompletionInput,
+    Outcome,
+    build_prompt,
+    continue_generation,
+    run_completion,
+)
 from structspec.completion.host import (
     EngineHost,
     EngineLoader,
@@ -75,7 +92,7 @@ from structspec.completion.prewarm import (
 )
 from structspec.completion.prompt import prompt_room
 from structspec.completion.stats import AcceptanceStats
-from structspec.completion.suggest import CursorContext
+from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean
 from structspec.completion.types import (
     BUSY,
     ERROR,
@@ -109,6 +126,27 @@ def draft_language(uri: str, language_id: str, text: str) -> str:
     """
     lang, _ = detect_language(language_id, uri_path(uri), text)
     return lang.language_ids[0] if lang is not None and lang.language_ids else language_id
+
+
+def _continuation_answer(follow: str, ended: bool, ctx: CursorContext) -> tuple[bool, str | None]:
+    """The suggestion at ``ctx`` from the model's pre-generated output ``follow``.
+
+    Returns ``(ready, text)``: ``ready`` is false while the lines the answer
+    needs are not complete yet (then the model is asked; ``ended``: the model
+    ended its output, so its last line is complete); ``text`` is ``None`` when
+    the model's answer is to show nothing (a single line that ends here).
+    Mode as for a request (``suggest``), except that at the end of a line the
+    continuation's next lines are offered as a block.
+    """
+    mode = ctx.mode
+    if mode == LINE and not ctx.line_suffix.strip() and follow.lstrip(" \t").startswith("\n"):
+        mode = BLOCK
+    if mode == LINE:
+        return ended or "\n" in follow, clean(follow, ctx, LINE)
+    complete = follow if ended else follow[: max(0, follow.rfind("\n"))]
+    if not complete.strip():
+        return ended, None  # nothing complete yet, or the model's answer is nothing
+    return True, clean(complete, ctx, BLOCK)
 
 
 class _Job:
@@ -179,6 +217,7 @@ class CompletionService:
         self.settings = settings
         self.documents = DocumentStore(UTF16)
         self.stats = AcceptanceStats()
+        self.debounce = AdaptiveDebounce()
         self._on_status = on_status
         self._on_message = on_message
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -187,8 +226,12 @@ class CompletionService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sessions: dict[str, _Session] = {}
         self._recent: OrderedDict[str, None] = OrderedDict()
-        self._prewarm_timer: asyncio.TimerHandle | None = None
-        self._prewarm_job: _Job | None = None
+        self._background_timer: asyncio.Handle | None = None
+        self._background_job: _Job | None = None
+        #: The pre-generation on the worker: its future, session and the entry it extends.
+        self._pregeneration: (
+            tuple[concurrent.futures.Future[Extension], _Session, PendingSuggestion] | None
+        ) = None
         self._ids = itertools.count(1)
         self._busy = 0
         self._closed = False
@@ -220,6 +263,7 @@ class CompletionService:
     def change_document(self, uri: str, version: int, changes: Iterable[TextChange]) -> Document:
         """Apply edits; raises ``UnknownDocument`` for a URI that is not open."""
         doc = self.documents.change(uri, version, changes)
+        self.debounce.keystroke(time.perf_counter())
         self._touch(uri)
         self._schedule_prewarm(uri, doc.edited_at)
         return doc
@@ -284,7 +328,7 @@ class CompletionService:
         if self._closed:
             return
         self._closed = True
-        self._abandon_prewarm()
+        self._abandon_background()
         for session in self._sessions.values():
             if session.job is not None:
                 session.job.cancel()
@@ -340,7 +384,8 @@ class CompletionService:
         """
         self._bind_loop()
         t0 = time.perf_counter()
-        self._abandon_prewarm()
+        self._abandon_background()
+        await self._settle_pregeneration()
         self.stats.requests += 1
         doc = self.documents.get(request.uri)
         settings = self.settings
@@ -369,15 +414,9 @@ class CompletionService:
             session.job = session.task = None
 
         if not shared and session.pending is not None:
-            rest = session.pending.rest_at(text, offset)
-            if rest is not None:
-                self.stats.served_from_cache += 1
-                latency = (time.perf_counter() - t0) * 1000.0
-                self.stats.record_latency(latency)
-                return self._suggestion(
-                    session.pending.id, doc, text, offset, ctx, rest, "cache", latency, None
-                )
-            session.pending = None
+            served, answer = self._from_pending(session, doc, text, offset, ctx, t0)
+            if served:
+                return answer
 
         if not shared:
             job = self._job(session, request.uri, text, offset, settings, t0, ctx)
@@ -402,19 +441,71 @@ class CompletionService:
             return None
         latency = (time.perf_counter() - t0) * 1000.0
         self.stats.record_latency(latency)
+        self._schedule_pregeneration(request.uri)  # the job is done: the worker is free
         return self._suggestion(
             result.id, doc, text, offset, ctx, outcome.text, "model", latency, outcome.stats
         )
 
+    def _from_pending(
+        self,
+        session: _Session,
+        doc: Document,
+        text: str,
+        offset: int,
+        ctx: CursorContext,
+        t0: float,
+    ) -> tuple[bool, Suggestion | None]:
+        """Answer from the suggestion on screen or what pre-generation wrote, without the model.
+
+        Returns ``(served, suggestion)``; when not served the pending entry is dropped.
+        """
+        pending = session.pending
+        assert pending is not None
+        rest = pending.rest_at(text, offset)
+        follow = pending.continuation_at(text, offset) if rest is None else None
+        cont = pending.continuation
+        ready, shown = (
+            (False, None)
+            if follow is None or cont is None
+            else _continuation_answer(follow, cont.ended, ctx)
+        )
+        if rest is None and not ready:
+            session.pending = None
+            return False, None
+        self.stats.served_from_cache += 1
+        latency = (time.perf_counter() - t0) * 1000.0
+        self.stats.record_latency(latency)
+        if rest is not None:  # typing through the suggestion on screen
+            return True, self._suggestion(
+                pending.id, doc, text, offset, ctx, rest, "cache", latency, None
+            )
+        # Past it, along what the model wrote: a new suggestion, or the model's "nothing".
+        follow = follow or ""
+        assert cont is not None
+        self.stats.served_from_pregeneration += 1
+        suggestion_id = f"s{next(self._ids)}" if shown is not None else ""
+        here = cont.after(len(cont.text) - len(follow))
+        session.pending = PendingSuggestion.at(suggestion_id, text, offset, shown or "", here)
+        self._schedule_pregeneration(doc.uri)
+        if shown is None:
+            self.stats.empty += 1
+            return True, None
+        self.stats.record_shown(suggestion_id, len(shown))
+        return True, self._suggestion(
+            suggestion_id, doc, text, offset, ctx, shown, "cache", latency, None
+        )
+
     async def _execute(self, job: _Job, invoked: bool) -> _Result:
         """Debounce, generate in the worker, and record the outcome (once per job)."""
-        debounce = job.input.settings.debounce_ms
-        if debounce > 0 and not invoked:
-            await asyncio.sleep(debounce / 1000.0)
+        wait = 0.0 if invoked else self.debounce.wait_ms(job.input.settings.debounce_ms)
+        if wait > 0:
+            await asyncio.sleep(wait / 1000.0)
             if job.cancelled():
                 return _Result(Outcome(cancelled=True))
         result = _Result(await self._submit(job))
         outcome = result.outcome
+        if outcome.stats is not None and not outcome.cancelled:
+            self.debounce.model_answered(outcome.stats.seconds * 1000.0)
         job.session.remember(outcome.generated)
         if outcome.stats is not None and not outcome.cancelled:
             st = outcome.stats
@@ -424,7 +515,7 @@ class CompletionService:
             result.id = f"s{next(self._ids)}"
             self.stats.record_shown(result.id, len(outcome.text))
             job.session.pending = PendingSuggestion.at(
-                result.id, job.input.text, job.input.offset, outcome.text
+                result.id, job.input.text, job.input.offset, outcome.text, outcome.continuation
             )
         elif outcome.unfinished and not job.cancelled():
             # finish that prefill when idle
@@ -464,61 +555,131 @@ class CompletionService:
         )
         return _Job(session, inputs)
 
-    # -- pre-warm (see ``prewarm``) ------------------------------------------
+    # -- background work: pre-warm (see ``prewarm``) and pre-generation ----------
+    def cursor_moved(self, uri: str, line: int, character: int) -> None:
+        """The editor's cursor is at ``line``/``character`` of ``uri``: pre-warm there when idle.
+
+        Ignored for a document that is not open and while the cursor sits at
+        the suggestion on screen (pre-generation is working there).
+        """
+        doc = self.documents.get(uri)
+        if doc is None or self._closed:
+            return
+        offset = doc.offset_at(line, character, self.documents.encoding)
+        session = self._sessions.get(uri)
+        pending = session.pending if session is not None else None
+        if pending is not None and pending.anchor <= offset <= pending.anchor + len(pending.text):
+            return
+        self._schedule_prewarm(uri, offset)
+
     def _schedule_prewarm(self, uri: str, offset: int | None = None) -> None:
         """Pre-warm ``uri`` at ``offset`` (``None``: as opened) once the user pauses."""
         self._bind_loop()
         loop = self._loop
         if loop is None or loop.is_closed() or self._closed or not self.settings.prefix_reuse:
             return
-        self._abandon_prewarm()
-        self._prewarm_timer = loop.call_later(PREWARM_IDLE_S, self._start_prewarm, uri, offset)
+        self._abandon_background()
+        self._background_timer = loop.call_later(PREWARM_IDLE_S, self._start_prewarm, uri, offset)
 
-    def _abandon_prewarm(self) -> None:
-        """A request or an edit came: stop any pre-warm (between two prefill chunks)."""
-        if self._prewarm_timer is not None:
-            self._prewarm_timer.cancel()
-            self._prewarm_timer = None
-        if self._prewarm_job is not None:
-            self._prewarm_job.cancel()
-            self._prewarm_job = None
+    def _schedule_pregeneration(self, uri: str) -> None:
+        """Continue the suggestion shown for ``uri`` as soon as the worker is free."""
+        self._bind_loop()
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._closed:
+            return
+        self._abandon_background()
+        self._background_timer = loop.call_soon(self._start_pregeneration, uri)
+
+    def _abandon_background(self) -> None:
+        """A request or an edit came: stop any background job (between two steps of it)."""
+        if self._background_timer is not None:
+            self._background_timer.cancel()
+            self._background_timer = None
+        if self._background_job is not None:
+            self._background_job.cancel()
+            self._background_job = None
+
+    def _idle(self) -> bool:
+        """No request is queued or running (background work has the lowest priority)."""
+        return not self._closed and not (
+            self._busy or any(s.job is not None for s in self._sessions.values())
+        )
+
+    def _background_session(self, uri: str) -> tuple[Document, _Session] | None:
+        doc = self.documents.get(uri)
+        if doc is None or not self._idle():
+            return None
+        if self.settings.languages and doc.language not in self.settings.languages:
+            return None
+        return doc, self._sessions.setdefault(uri, _Session())
 
     def _start_prewarm(self, uri: str, offset: int | None) -> None:
-        self._prewarm_timer = None
-        doc = self.documents.get(uri)
-        session = self._sessions.setdefault(uri, _Session()) if doc is not None else None
-        # Lowest priority: only when no request is queued or running.
-        busy = self._busy or any(s.job is not None for s in self._sessions.values())
-        if doc is None or session is None or self._closed or busy:
+        self._background_timer = None
+        found = self._background_session(uri)
+        if found is None:
             return
-        if self.settings.languages and doc.language not in self.settings.languages:
-            return
+        doc, session = found
         at = -1 if offset is None else max(0, min(offset, len(doc.text)))
         job = self._job(session, uri, doc.text, at, self.settings, time.perf_counter())
-        self._prewarm_job = job
+        self._background_job = job
         with contextlib.suppress(RuntimeError):  # shut down
             self._executor.submit(self._prewarm, job)
 
-    def _prewarm(self, job: _Job) -> None:
-        """Worker: evaluate the job's prompt into a KV slot until done or abandoned."""
-        inputs, host = job.input, self._host
-        if job.cancelled() or self._closed or not inputs.settings.prefix_reuse:
+    def _start_pregeneration(self, uri: str) -> None:
+        self._background_timer = None
+        found = self._background_session(uri)
+        if found is None:
             return
-        try:
-            model = host.engine_for(inputs.settings).model
-            if inputs.offset < 0:
-                room = prompt_room(model, inputs.settings.max_tokens)
-                inputs = replace(inputs, offset=opening_offset(model, inputs.text, room))
-            assert host.prompts is not None
-            prompt = build_prompt(host.prompts, host.snippets, inputs, job.session.cut)
-            job.session.cut = prompt.cut
-            if prefill_in_chunks(model, prompt.tokens[:-1], job.cancelled):
-                self.stats.prewarmed += 1
-        except Exception:  # a failed pre-warm costs nothing but its time
-            log.debug("pre-warm of %s failed", inputs.uri, exc_info=True)
+        doc, session = found
+        pending = session.pending
+        if pending is None or pending.continuation is None:
+            return
+        job = self._job(session, uri, doc.text, pending.anchor, self.settings, time.perf_counter())
+        self._background_job = job
+        with contextlib.suppress(RuntimeError):  # shut down
+            future = self._executor.submit(self._pregenerate, job, pending)
+            self._pregeneration = (future, session, pending)
+            future.add_done_callback(
+                lambda f: self._call_soon(self._pregenerated, session, pending, f)
+            )
+
+    async def _settle_pregeneration(self) -> None:
+        """A request came: wait for the pre-generation it stopped, and keep what it wrote.
+
+        The request would wait for the worker anyway (the pass in progress
+        finishes first); once the words are in, it can be answered from them.
+        """
+        running, self._pregeneration = self._pregeneration, None
+        if running is None:
+            return
+        future, session, pending = running
+        with contextlib.suppress(Exception):
+            await asyncio.wrap_future(future)
+        self._pregenerated(session, pending, future)
+
+    def _pregenerated(
+        self,
+        session: _Session,
+        pending: PendingSuggestion,
+        future: concurrent.futures.Future[Extension],
+    ) -> None:
+        """Loop: add what pre-generation wrote to the document's pending suggestion (once)."""
+        if not future.done():
+            return
+        ext = None if future.cancelled() or future.exception() else future.result()
+        now = session.pending
+        if ext is None or not (ext.tokens or ext.ended) or now is None or now.continuation is None:
+            return
+        if now.continuation.tokens is not pending.continuation.tokens:  # type: ignore[union-attr]
+            return  # a suggestion from another generation is on screen now
+        self.stats.pregenerated_tokens += len(ext.tokens)
+        extended = now.continuation.extended(ext)
+        session.pending = now.with_continuation(extended)
+        if ext.tokens:
+            session.remember(extended.tokens[-len(ext.tokens) - GENERATED_CONTEXT_TOKENS :])
 
     async def _submit(self, job: _Job) -> Outcome:
-        self._abandon_prewarm()  # a pre-warm queued meanwhile must not delay a request
+        self._abandon_background()  # a pre-warm queued meanwhile must not delay a request
         try:
             future = self._executor.submit(self._run, job)
         except RuntimeError:  # shut down
@@ -635,6 +796,40 @@ class CompletionService:
             log.exception("loading the engine failed")
             return f"structspec: loading the engine failed: {exc}"
         return None
+
+    def _prewarm(self, job: _Job) -> None:
+        """Worker: evaluate the job's prompt into a KV slot until done or abandoned."""
+        inputs, host = job.input, self._host
+        if job.cancelled() or self._closed or not inputs.settings.prefix_reuse:
+            return
+        try:
+            model = host.engine_for(inputs.settings).model
+            if inputs.offset < 0:
+                room = prompt_room(model, inputs.settings.max_tokens)
+                inputs = replace(inputs, offset=opening_offset(model, inputs.text, room))
+            assert host.prompts is not None
+            prompt = build_prompt(host.prompts, host.snippets, inputs, job.session.cut)
+            job.session.cut = prompt.cut
+            if prefill_in_chunks(model, prompt.tokens[:-1], job.cancelled):
+                self.stats.prewarmed += 1
+        except Exception:  # a failed pre-warm costs nothing but its time
+            log.debug("pre-warm of %s failed", inputs.uri, exc_info=True)
+
+    def _pregenerate(self, job: _Job, pending: PendingSuggestion) -> Extension:
+        """Worker: what the model writes after ``pending``'s continuation, until abandoned."""
+        inputs, host = job.input, self._host
+        cont = pending.continuation
+        if job.cancelled() or self._closed or cont is None:
+            return Extension((), b"")
+        try:
+            engine = host.engine_for(inputs.settings)
+            ext, _ = continue_generation(
+                engine, host.corpus, inputs, cont, len(pending.text), cancelled=job.cancelled
+            )
+        except Exception:  # a failed pre-generation costs nothing but its time
+            log.debug("pre-generation for %s failed", inputs.uri, exc_info=True)
+            return Extension((), b"")
+        return ext
 
     def _run(self, job: _Job) -> Outcome:
         if job.cancelled() or self._closed:

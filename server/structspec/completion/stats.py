@@ -23,7 +23,9 @@ class AcceptanceStats:
 
     requests: int = 0
     shown: int = 0  # suggestions the model produced
-    served_from_cache: int = 0  # typing-through answers
+    served_from_cache: int = 0  # answers without the model: typing-through, pre-generated
+    served_from_pregeneration: int = 0  # of those, continuations written in the background
+    pregenerated_tokens: int = 0  # tokens pre-generation wrote
     empty: int = 0  # requests answered with nothing
     cancelled: int = 0
     prewarmed: int = 0  # documents whose prompt window was evaluated in the background
@@ -95,6 +97,8 @@ class AcceptanceStats:
             "requests": self.requests,
             "shown": self.shown,
             "servedFromCache": self.served_from_cache,
+            "servedFromPregeneration": self.served_from_pregeneration,
+            "pregeneratedTokens": self.pregenerated_tokens,
             "empty": self.empty,
             "cancelled": self.cancelled,
             "prewarmed": self.prewarmed,

@@ -83,6 +83,9 @@ class GenerationResult:
     prompt_tokens: list[int]
     stats: GenerationStats
     warnings: list[str] = field(default_factory=list)
+    #: Bytes at the start of the output's bytes that token healing took from
+    #: the prompt (the caller has them already: they are not in ``text``).
+    healed_bytes: int = 0
 
     @property
     def stop_reason(self) -> str:
@@ -436,4 +439,5 @@ class Generation:
             prompt_tokens=list(self.prompt),
             stats=self.stats,
             warnings=self.warnings,
+            healed_bytes=self.healed,
         )

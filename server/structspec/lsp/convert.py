@@ -17,6 +17,8 @@ from structspec.completion.types import Status, Suggestion
 
 ACCEPT_COMMAND = "structspec.accept"
 STATUS_NOTIFICATION = "structspec/status"
+#: Client -> server: the cursor moved (``{textDocument: {uri}, position}``), for pre-warm.
+CURSOR_NOTIFICATION = "structspec/didMoveCursor"
 _LABEL_CHARS = 80
 
 
@@ -91,3 +93,18 @@ def status_json(status: Status) -> dict[str, Any]:
         "message": status.message,
         "stats": status.counters,
     }
+
+
+def cursor_position(params: Any) -> tuple[str, int, int] | None:
+    """``(uri, line, character)`` of a ``structspec/didMoveCursor`` notification, or ``None``."""
+
+    def field(obj: Any, name: str) -> Any:
+        return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+    doc, pos = field(params, "textDocument"), field(params, "position")
+    uri = field(doc, "uri")
+    line, character = field(pos, "line"), field(pos, "character")
+    numbers = (line, character)
+    if not isinstance(uri, str) or not all(type(n) is int and n >= 0 for n in numbers):
+        return None
+    return uri, line, character

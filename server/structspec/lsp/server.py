@@ -34,8 +34,10 @@ from structspec.completion.service import CompletionRequest, CompletionService, 
 from structspec.config import Settings, apply
 from structspec.lsp.convert import (
     ACCEPT_COMMAND,
+    CURSOR_NOTIFICATION,
     STATUS_NOTIFICATION,
     completion_list,
+    cursor_position,
     inline_completion,
     status_json,
 )
@@ -229,6 +231,14 @@ def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> Str
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: StructspecServer, params: types.DidCloseTextDocumentParams) -> None:
         service.close_document(params.text_document.uri)
+
+    @server.feature(CURSOR_NOTIFICATION)
+    def did_move_cursor(ls: StructspecServer, params: Any) -> None:
+        where = cursor_position(params)
+        if where is None:
+            log.warning("ignoring %s with params %r", CURSOR_NOTIFICATION, params)
+            return
+        service.cursor_moved(*where)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline(

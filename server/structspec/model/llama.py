@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from structspec.model.base import FimTokens, ModelError, Rows, TokenCheck, common_prefix_len
+from structspec.model.threads import IdleMeter, ThreadGovernor
 
 Announce = Callable[[str], None]
 
@@ -214,6 +215,9 @@ class LlamaModel:
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.threads = threads
+        #: Threads of the next decode: fewer while other processes hold the cores.
+        self.governor = ThreadGovernor(threads, IdleMeter(cores=os.cpu_count() or 1).idle_cores)
+        self._threads_now = threads
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._slots = [_Slot(i) for i in range(slots)]
         self._slot = self._slots[0]
@@ -369,7 +373,13 @@ class LlamaModel:
             b.logits[i] = logits
         b.n_tokens = n
         self._decode_id += 1
+        threads = self.governor.next_threads()
+        if threads != self._threads_now:
+            self._llama.llama_set_n_threads(self._ctx, threads, threads)
+            self._threads_now = threads
+        wall, cpu = time.perf_counter(), time.process_time()
         rc = self._llama.llama_decode(self._ctx, b)
+        self.governor.observe(threads, time.perf_counter() - wall, time.process_time() - cpu)
         if rc != 0:
             # Leave the slot consistent: drop whatever this batch may have added.
             self._llama.llama_memory_seq_rm(self._mem, seq, start, -1)

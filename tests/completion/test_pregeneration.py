@@ -1,0 +1,195 @@
+"""Pre-generation: accepting a suggestion is answered from what the model wrote past it.
+
+The stand-in model's output depends only on the text (one token per
+character), so a continuation written in the background must equal what a
+fresh server computes at the same cursor, character for character.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tests.completion.test_prewarm import wait_for
+from tests.completion.test_service import SlowStandIn
+
+from structspec.completion.cache import Continuation, Extension, PendingSuggestion
+from structspec.completion.documents import Range, TextChange
+from structspec.completion.service import CompletionRequest, CompletionService
+from structspec.config import Settings
+from structspec.model.standin import StandInModel
+
+URI = "file:///a.py"
+TEXT = "items = [1, 2]\ntotal = "
+
+
+def make_service(model: StandInModel) -> CompletionService:
+    settings = Settings(model="standin", debounce_ms=0, max_tokens=64, sources=("lookup",))
+    return CompletionService(settings, open_model=lambda spec, **kw: model)
+
+
+def end_of(text: str) -> tuple[int, int]:
+    lines = text.split("\n")
+    return len(lines) - 1, len(lines[-1])
+
+
+async def fresh_answer(seed: int, text: str) -> str | None:
+    """What a server that never saw this document suggests at its end."""
+    svc = make_service(StandInModel(seed=seed, eos_bias=-30.0))
+    svc.open_document(URI, "python", 1, text)
+    try:
+        got = await svc.complete(CompletionRequest(URI, *end_of(text)))
+    finally:
+        svc.close()
+    return None if got is None else got.text
+
+
+async def accept_then_enter(seed: int) -> tuple[list[str | None], str | None, str, int]:
+    """Show a suggestion, accept it, then press Enter with the model's own indentation.
+
+    Returns the answers after accepting and after Enter, a fresh server's answer
+    after Enter, what Enter typed, and how many answers came without the model.
+    """
+    svc = make_service(StandInModel(seed=seed, eos_bias=-30.0))
+    svc.open_document(URI, "python", 1, TEXT)
+    first = await svc.complete(CompletionRequest(URI, *end_of(TEXT)))
+    assert first is not None
+    session = svc._sessions[URI]
+
+    def written() -> Continuation | None:
+        return session.pending.continuation if session.pending is not None else None
+
+    await wait_for(lambda: (c := written()) is not None and c.lines_after(len(first.text)) >= 2, 30)
+    cont = written()
+    assert cont is not None
+    served: list[str | None] = []
+    text = TEXT
+    rest = cont.text[len(first.text) :]
+    enter = rest[: len(rest) - len(rest.lstrip())]  # line break(s) and indentation
+    # Accept (the editor inserts the suggestion and asks at its end), then Enter.
+    for version, typed in enumerate((first.text, enter), start=2):
+        line, col = end_of(text)
+        svc.change_document(URI, version, [TextChange(typed, Range(line, col, line, col))])
+        text += typed
+        got = await svc.complete(CompletionRequest(URI, *end_of(text)))
+        served.append(None if got is None else got.text)
+    without_model = svc.stats.served_from_cache
+    assert svc.stats.served_from_pregeneration >= 1
+    svc.close()
+    return served, await fresh_answer(seed, text), enter, without_model
+
+
+#: Stand-in seeds whose output for ``TEXT`` has two short lines after the first
+#: suggestion (an order-3 stand-in often loops on one long line).
+SEEDS = (0, 5, 6, 7, 8, 9)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_accepting_a_suggestion_is_answered_from_pre_generation_exactly(seed: int) -> None:
+    (after_accept, after_enter), fresh, enter, served = asyncio.run(accept_then_enter(seed))
+    assert served == 2  # neither answer ran the model
+    assert "\n" in enter and fresh is not None
+    # After Enter: exactly what a server computing from scratch suggests there.
+    assert after_enter == fresh
+    # At the end of the accepted line: the next lines, as a block.
+    assert after_accept is not None and after_accept.split("\n")[:2] == ["", fresh]
+
+
+def test_a_keystroke_stops_pre_generation_between_passes() -> None:
+    async def scenario() -> tuple[int, int, int]:
+        model = SlowStandIn(delay=0.02, seed=8, eos_bias=-30.0)
+        svc = make_service(model)
+        svc.open_document(URI, "python", 1, TEXT)
+        first = await svc.complete(CompletionRequest(URI, *end_of(TEXT)))
+        assert first is not None
+        await wait_for(lambda: svc._background_job is not None and model.verify_calls > 2)
+        line, col = end_of(TEXT)
+        svc.change_document(URI, 2, [TextChange("#", Range(line, col, line, col))])
+        stopped_at = model.verify_calls
+        await asyncio.sleep(0.3)
+        svc.close()
+        return stopped_at, model.verify_calls, svc.stats.pregenerated_tokens
+
+    stopped_at, after, written = asyncio.run(scenario())
+    assert after - stopped_at <= 1  # at most the pass in progress
+    assert written > 0  # what was written before the keystroke was kept
+
+
+def test_cursor_moved_pre_warms_the_prompt_at_the_cursor() -> None:
+    """Not the document as opened: the prompt of a request at the cursor, all but its last token."""
+    text = "".join(f"row_{i} = {i}\n" for i in range(40))
+    offset = text.index("row_20") + 4
+
+    async def scenario() -> str:
+        model = StandInModel(seed=1)
+        svc = make_service(model)
+        svc.open_document(URI, "python", 1, text)
+        svc.cursor_moved(URI, 20, 4)
+        await wait_for(lambda: svc.stats.prewarmed >= 1)
+        cached = model.detokenize(list(model.cached_tokens))
+        svc.close()
+        return cached
+
+    assert asyncio.run(scenario()).endswith(text[: offset - 1])
+
+
+def test_continuation_follows_what_the_model_wrote() -> None:
+    doc = "x = "
+    cont = Continuation("", (1, 2)).extended(Extension((5, 6), b"foo(1)\nbar", False))
+    entry = PendingSuggestion.at("s1", doc, 4, "foo(1)", cont)
+    assert entry.rest_at("x = foo", 7) == "(1)"  # the shown text, as before
+    assert entry.continuation_at("x = foo(1)\n", 11) == "bar"
+    assert entry.continuation_at("x = foo(1)\nba", 13) == "r"
+    assert entry.continuation_at("x = foo(2)\n", 11) is None  # typed something else
+    assert entry.continuation_at("y = foo(1)\n", 11) is None  # text before changed
+    assert entry.continuation_at("x = foo(1)\nbarz", 15) is None  # past what was written
+    later = entry.with_continuation(cont.extended(Extension((7,), b"(2)\n", True)))
+    assert later.continuation is not None and later.continuation.text == "foo(1)\nbar(2)\n"
+    assert later.continuation.ended and later.continuation.tokens == (1, 2, 5, 6, 7)
+
+
+def test_a_character_split_between_tokens_waits_for_its_last_byte() -> None:
+    snowman = "☃".encode()
+    cont = Continuation("", ()).extended(Extension((1,), b"a" + snowman[:2]))
+    assert cont.text == "a" and cont.partial == snowman[:2]
+    cont = cont.extended(Extension((2,), snowman[2:] + b"b"))
+    assert cont.text == "a☃b" and cont.partial == b""
+
+
+def test_what_a_continuation_answers_at_a_cursor() -> None:
+    from structspec.completion.service import _continuation_answer
+    from structspec.completion.suggest import CursorContext
+
+    mid = CursorContext.at("x = foo", 7)  # inside a line: one line
+    assert _continuation_answer("(1)\ny = 2\n", False, mid) == (True, "(1)")
+    assert not _continuation_answer("(1, ", False, mid)[0]  # line not complete yet
+    assert _continuation_answer("(1)", True, mid) == (True, "(1)")  # the model ended there
+    end = CursorContext.at("x = foo(1)", 10)  # end of a line: the next lines, as a block
+    assert _continuation_answer("\ny = 2\nz = 3\nw", False, end) == (True, "\ny = 2\nz = 3")
+    assert _continuation_answer("\ny = ", False, end) == (False, None)
+    blank = CursorContext.at("x = 1\n", 6)  # a blank line that opens nothing: one line
+    assert _continuation_answer("y = 2\n", False, blank) == (True, "y = 2")
+
+
+def test_a_request_right_after_an_edit_keeps_what_pre_generation_wrote() -> None:
+    """The request settles the pre-generation itself; it does not race its callback."""
+
+    async def scenario() -> tuple[str | None, int]:
+        svc = make_service(StandInModel(seed=5, eos_bias=-30.0))
+        svc._call_soon = lambda *args: None  # type: ignore[method-assign]  # no callbacks
+        svc.open_document(URI, "python", 1, TEXT)
+        first = await svc.complete(CompletionRequest(URI, *end_of(TEXT)))
+        assert first is not None
+        await wait_for(lambda: svc._pregeneration is not None and svc._pregeneration[0].done())
+        pending = svc._sessions[URI].pending
+        assert pending is not None and pending.continuation is not None
+        assert pending.continuation.text == first.text + "\n"  # nothing attached yet
+        line, col = end_of(TEXT)
+        svc.change_document(URI, 2, [TextChange(first.text, Range(line, col, line, col))])
+        got = await svc.complete(CompletionRequest(URI, *end_of(TEXT + first.text)))
+        served = svc.stats.served_from_pregeneration
+        svc.close()
+        return (None if got is None else got.text), served
+
+    text, served = asyncio.run(scenario())
+    assert served == 1 and text is not None and text.startswith("\n")
