@@ -46,8 +46,8 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'languages', kind: 'stringList', restart: false },
   // Source names are the server's to check (it warns about and ignores unknown ones).
   { key: 'sources', kind: 'stringList', restart: false },
-  // The server builds its draft sources (and reads the rules file) when it loads the model.
-  { key: 'rulesFile', kind: 'string', restart: true },
+  // The server rebuilds its draft sources over the loaded model when the rules file changes.
+  { key: 'rulesFile', kind: 'string', restart: false },
   { key: 'prefixReuse', kind: 'boolean', restart: false },
   { key: 'speculative', kind: 'boolean', restart: false },
   { key: 'tokenHealing', kind: 'boolean', restart: false },

@@ -205,6 +205,7 @@ describe('changeAction', () => {
     assert.equal(changeAction(base(), base({ server: { model: 'standin' } })), 'restart');
     assert.equal(changeAction(base(), base({ server: { threads: 3 } })), 'restart');
     assert.equal(changeAction(base(), base({ server: { contextSize: 512 } })), 'restart');
+    assert.equal(changeAction(base(), base({ server: { rulesFile: '/r.json.gz' } })), 'configure');
     assert.equal(changeAction(base(), base({ serverPath: '/x' })), 'restart');
     assert.equal(changeAction(base(), base({ pythonPath: '/py' })), 'restart');
     assert.equal(changeAction(base(), base({ server: { maxTokens: 3 } })), 'configure');
