@@ -357,7 +357,8 @@ def test_same_cursor_requests_share_one_generation():
 
     r1, r2, prefills, stats = run(scenario())
     assert r1 is not None and r2 is not None and r1.id == r2.id and r1.text == r2.text
-    assert prefills == 1 and stats.shown == 1
+    # One generation (pre-generation may have started after it: one more prefill).
+    assert prefills <= 2 and stats.shown == 1 and stats.requests == 2
 
 
 # -- settings ---------------------------------------------------------------------
