@@ -1,8 +1,9 @@
-"""The editor benchmark: its planning, editor simulation, trace check and report (stand-in model)."""
+"""The editor benchmark: point planning, editor simulation, trace check, report (stand-in)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -122,10 +123,15 @@ def test_trace_appends_json_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     trace.record([5], [6], healed=b"ab")
     trace.record([7], [])  # nothing generated: nothing to check
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines == [{"prompt": [1, 2], "tokens": [3, 4]}, {"prompt": [5], "tokens": [6], "healed": "6162"}]
+    assert lines == [
+        {"prompt": [1, 2], "tokens": [3, 4]},
+        {"prompt": [5], "tokens": [6], "healed": "6162"},
+    ]
 
 
-def test_trace_to_an_unwritable_path_does_not_raise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_trace_to_an_unwritable_path_does_not_raise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setenv(trace.TRACE_ENV, str(tmp_path / "missing" / "trace.jsonl"))
     trace.record([1], [2])
     trace.record([1], [2])
@@ -159,7 +165,9 @@ def test_check_trace_skips_tokens_constrained_by_healing(tmp_path: Path):
     tokens = [int(model.logits(prompt).argmax())] * 3
     removed = model.token_bytes(tokens[0])  # the first token reproduces the removed bytes
     path = tmp_path / "trace.jsonl"
-    path.write_text(json.dumps({"prompt": prompt, "tokens": tokens, "healed": removed.hex()}) + "\n")
+    path.write_text(
+        json.dumps({"prompt": prompt, "tokens": tokens, "healed": removed.hex()}) + "\n"
+    )
     exact, constrained = check_trace(model, path)
     assert constrained == 1
     assert exact.exact + exact.near_tie + exact.off == 2
@@ -182,13 +190,26 @@ def test_editor_benchmark_smoke(tmp_path: Path):
         [str(src)], "standin", 1, out=lines.append, points_per_file=2, max_chars=4, contention=1
     )
     configs = result["configs"]
-    assert set(configs) == {"structspec", "greedy", "structspec, 1 busy loops"}
+    assert set(configs) == {"structspec", "greedy", "structspec + 1 busy loops"}
     assert configs["structspec"]["keystrokes"] == result["keystrokes"] == 8
     keys = configs["structspec"]["keys"]
     assert keys["model"]["n"] + keys["cache"]["n"] == keys["all"]["n"] == 7
     assert keys["model"]["n"] > 0  # the stand-in answered something itself
+    assert configs["structspec"]["after_accept"]["all"]["n"] > 0
     exactness = result["exactness"]
     assert exactness["exact"] > 0 and exactness["off"] == 0
     assert any(line.startswith("teacher-forced:") for line in lines)
     assert any(line.startswith("contention:") for line in lines)
     assert any("after accept" in line for line in lines)
+
+
+def test_servers_get_the_default_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("STRUCTSPEC_DEBOUNCE_MS", "0")
+    monkeypatch.setenv("STRUCTSPEC_LLAMA_LOG", "1")  # not a setting: kept
+    env = editor._server_env(tmp_path / "t.jsonl")
+    assert "STRUCTSPEC_DEBOUNCE_MS" not in env and env["STRUCTSPEC_LLAMA_LOG"] == "1"
+    assert env["STRUCTSPEC_CONFIG"] == os.devnull and env[trace.TRACE_ENV] == str(
+        tmp_path / "t.jsonl"
+    )
+    monkeypatch.delenv(trace.TRACE_ENV, raising=False)
+    assert trace.TRACE_ENV not in editor._server_env(None)

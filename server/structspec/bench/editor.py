@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -58,6 +59,7 @@ from structspec.bench.harness import Exactness
 from structspec.bench.mixed import EXTENSIONS, collect
 from structspec.completion.suggest import CursorContext
 from structspec.completion.trace import TRACE_ENV
+from structspec.config import Settings
 
 if TYPE_CHECKING:
     from structspec.model.base import Model
@@ -376,8 +378,9 @@ def without_model(stats: dict[str, Any]) -> int:
 
 
 def _server_env(trace: Path | None) -> dict[str, str]:
-    """This tree's code, the default settings (no config file or ``STRUCTSPEC_*``), a trace."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRUCTSPEC_")}
+    """This tree's code, the default settings (no config file, no setting's variable), a trace."""
+    settings = {f"STRUCTSPEC_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+    env = {k: v for k, v in os.environ.items() if k not in settings}
     server_dir = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (server_dir, env.get("PYTHONPATH")) if p)
     env["STRUCTSPEC_CONFIG"] = os.devnull  # not a file: the defaults
@@ -430,7 +433,7 @@ class _Replay:
         self.client = StdioClient()
         # The server's stderr, kept for the error message; closed in close().
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        self.versions: dict[str, int] = {}
+        self.opened: dict[str, int] = {}
         self.text = ""
         self.count = 0
         self.served = 0  # the status' answers without the model so far
@@ -480,11 +483,11 @@ class _Replay:
             self.stderr.close()
 
     def _change(self, uri: str, change: dict[str, Any]) -> None:
-        self.versions[uri] += 1
+        self.opened[uri] += 1
         self.client.notify(
             "textDocument/didChange",
             {
-                "textDocument": {"uri": uri, "version": self.versions[uri]},
+                "textDocument": {"uri": uri, "version": self.opened[uri]},
                 "contentChanges": [change],
             },
         )
@@ -492,10 +495,10 @@ class _Replay:
     def _set_text(self, point: Point) -> None:
         """Open the document with the point's text, or replace its whole text with it."""
         self.text = point.text
-        if point.uri in self.versions:
+        if point.uri in self.opened:
             self._change(point.uri, {"text": point.text})
             return
-        self.versions[point.uri] = 1
+        self.opened[point.uri] = 1
         self.client.notify(
             "textDocument/didOpen",
             {
@@ -641,18 +644,18 @@ def check_trace(model: Model, trace: Path) -> tuple[Exactness, int]:
     return exact, constrained
 
 
-def _row(name: str, s: dict[str, dict[str, float]]) -> str:
+def _row(name: str, s: dict[str, dict[str, float]], width: int) -> str:
     a, m, c = s["all"], s["model"], s["cache"]
     return (
-        f"{name:<28} {a['n']:>5.0f} {a['p50_ms']:>7.1f} {a['p95_ms']:>7.1f} | "
+        f"{name:<{width}} {a['n']:>5.0f} {a['p50_ms']:>7.1f} {a['p95_ms']:>7.1f} | "
         f"{m['n']:>5.0f} {m['p50_ms']:>7.1f} {m['p95_ms']:>7.1f} | "
         f"{c['n']:>5.0f} {c['p50_ms']:>7.1f} {c['p95_ms']:>7.1f}"
     )
 
 
-def _header(first: str) -> str:
+def _header(first: str, width: int) -> str:
     return (
-        f"{first:<28} {'n':>5} {'p50':>7} {'p95':>7} | {'model':>5} {'p50':>7} {'p95':>7} | "
+        f"{first:<{width}} {'n':>5} {'p50':>7} {'p95':>7} | {'model':>5} {'p50':>7} {'p95':>7} | "
         f"{'cache':>5} {'p50':>7} {'p95':>7}"
     )
 
@@ -706,7 +709,7 @@ def run_editor_benchmark(
         out(f"  replay done in {time.perf_counter() - t0:.1f} s")
         results = {r.name: r.result for r in replays}
         if contention > 0:
-            loaded = _Replay(f"structspec, {contention} busy loops", {}, model, threads, timeout_s)
+            loaded = _Replay(f"structspec + {contention} busy loops", {}, model, threads, timeout_s)
             t0 = time.perf_counter()
             with busy_loops(contention):
                 asyncio.run(_replay([loaded], points, out))
@@ -714,7 +717,6 @@ def run_editor_benchmark(
             results[loaded.name] = loaded.result
         checked: tuple[Exactness, int] | None = None
         if trace is not None:
-            from structspec.config import Settings
             from structspec.runtime import open_model
 
             t0 = time.perf_counter()
@@ -725,9 +727,10 @@ def run_editor_benchmark(
     model_name = next((s["model"] for s in summaries.values() if s["model"]), model or "default")
     out(f"model: {model_name}")
     out("keystroke to suggestion, ms (after the first request):")
-    out(_header("configuration"))
+    width = max(len(name) for name in summaries) + len(": after accept")
+    out(_header("configuration", width))
     for name, s in summaries.items():
-        out(_row(name, s["keys"]))
+        out(_row(name, s["keys"], width))
     out(
         "(model: answers the model computed; cache: answers served without it, typed through "
         "or pre-generated; target: p50 <= 120 ms, p95 <= 350 ms)"
@@ -743,14 +746,14 @@ def run_editor_benchmark(
         f"{len(points)} points had one for structspec, "
         f"{len(points) - g['no_suggestion_points']} for greedy):"
     )
-    out(_header("configuration / request"))
+    out(_header("configuration: request", width))
     for name, s in summaries.items():
-        out(_row(f"{name}: after accept", s["after_accept"]))
-        out(_row(f"{name}: next line", s["next_line"]))
+        out(_row(f"{name}: after accept", s["after_accept"], width))
+        out(_row(f"{name}: next line", s["next_line"], width))
     out("(target: after accept p50 <= 30 ms)")
     contention_ratio = 0.0
     if contention > 0:
-        loaded_name = f"structspec, {contention} busy loops"
+        loaded_name = f"structspec + {contention} busy loops"
         quiet_p95 = s_["keys"]["all"]["p95_ms"]
         loaded_p95 = summaries[loaded_name]["keys"]["all"]["p95_ms"]
         contention_ratio = loaded_p95 / quiet_p95 if quiet_p95 else 0.0
