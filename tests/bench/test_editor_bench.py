@@ -16,6 +16,7 @@ from structspec.bench.editor import (
     check_trace,
     default_files,
     enter_text,
+    first_points,
     offset_at,
     plan_points,
     run_editor_benchmark,
@@ -193,7 +194,7 @@ def test_editor_benchmark_smoke(tmp_path: Path):
     assert set(configs) == {"structspec", "greedy", "structspec + 1 busy loops"}
     assert configs["structspec"]["keystrokes"] == result["keystrokes"] == 8
     keys = configs["structspec"]["keys"]
-    assert keys["model"]["n"] + keys["cache"]["n"] == keys["all"]["n"] == 7
+    assert keys["model"]["n"] + keys["cache"]["n"] == keys["all"]["n"] == 8
     assert keys["model"]["n"] > 0  # the stand-in answered something itself
     assert configs["structspec"]["after_accept"]["all"]["n"] > 0
     exactness = result["exactness"]
@@ -213,3 +214,19 @@ def test_servers_get_the_default_settings(monkeypatch: pytest.MonkeyPatch, tmp_p
     )
     monkeypatch.delenv(trace.TRACE_ENV, raising=False)
     assert trace.TRACE_ENV not in editor._server_env(None)
+
+
+def test_limit_takes_the_first_points_of_every_file_in_turn(tmp_path: Path):
+    files = []
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(SOURCE)
+        files.append(str(tmp_path / name))
+    lines: list[str] = []
+    result = run_editor_benchmark(
+        files, "standin", 1, out=lines.append, max_chars=2, limit=2, exactness=False
+    )
+    assert result["points"] == 2 and result["keystrokes"] == 4
+    points = plan_points(files, 3, 2)
+    assert first_points(points, 3) == [points[0], points[3], points[1]]  # a, b, a
+    assert result["exactness"] is None
+    assert not any(line.startswith("teacher-forced:") for line in lines)

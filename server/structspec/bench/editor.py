@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -305,6 +306,15 @@ class StdioClient:
             self._reader.cancel()
 
 
+def first_points(points: Sequence[Point], limit: int) -> list[Point]:
+    """``limit`` points: the first of every file in turn, then the second, and so on."""
+    by_file: dict[str, list[Point]] = {}
+    for point in points:
+        by_file.setdefault(point.uri, []).append(point)
+    turns = itertools.zip_longest(*by_file.values())
+    return [p for turn in turns for p in turn if p is not None][:limit]
+
+
 class Answer(NamedTuple):
     """One timed answer: milliseconds, served without the model, a suggestion shown."""
 
@@ -344,8 +354,8 @@ class ConfigResult:
     """Measurements of one configuration."""
 
     name: str
-    first_ms: float = 0.0
-    keys: list[Answer] = field(default_factory=list)  # keystrokes after the first request
+    first_ms: float = 0.0  # the run's first request (at the first point, before typing)
+    keys: list[Answer] = field(default_factory=list)
     after_accept: list[Answer] = field(default_factory=list)
     next_line: list[Answer] = field(default_factory=list)
     no_suggestion_points: int = 0  # points where nothing came back to accept
@@ -354,7 +364,7 @@ class ConfigResult:
     def summary(self) -> dict[str, Any]:
         stats = self.status.get("stats", {}) if isinstance(self.status, dict) else {}
         return {
-            "keystrokes": len(self.keys) + 1,
+            "keystrokes": len(self.keys),
             "first_ms": round(self.first_ms, 1),
             "keys": split_answers(self.keys),
             "after_accept": split_answers(self.after_accept),
@@ -435,7 +445,6 @@ class _Replay:
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
         self.opened: dict[str, int] = {}
         self.text = ""
-        self.count = 0
         self.served = 0  # the status' answers without the model so far
 
     def failure(self, exc: BaseException) -> RuntimeError:
@@ -544,7 +553,9 @@ class _Replay:
         result = self.result
         self._set_text(point)
         cursor = offset_at(self.text, point.line, _utf16_len(point.indent))
-        _, answer = await self._ask(point.uri, cursor)
+        probe, answer = await self._ask(point.uri, cursor)
+        if not result.first_ms:  # the run's first request: the whole prompt is evaluated
+            result.first_ms = probe.ms
         items = answer.get("items") if isinstance(answer, dict) else None
         if not items:
             result.no_suggestion_points += 1
@@ -578,15 +589,10 @@ class _Replay:
         for ch in point.typed:
             answer, _ = await self._edit(point.uri, offset, ch)
             offset += len(ch)
-            if self.count == 0:
-                result.first_ms = answer.ms
-            else:
-                result.keys.append(answer)
-            self.count += 1
+            result.keys.append(answer)
 
-    async def run_point(self, point: Point, accept: bool = True) -> None:
-        if accept:
-            await self.accept_at(point)
+    async def run_point(self, point: Point) -> None:
+        await self.accept_at(point)
         await self.type_point(point)
 
 
@@ -677,14 +683,16 @@ def run_editor_benchmark(
 
     ``files`` empty: ``default_files()``. ``model`` is a model spec (a GGUF
     path, ``""`` for the default model, ``standin`` for a smoke run).
-    ``limit``: the first cursor points only. ``contention``: busy-loop
+    ``limit``: that many cursor points, the files' first ones in turn. ``contention``: busy-loop
     processes for a second, loaded replay of ``structspec`` (0: none).
     ``exactness``: the teacher-forced check of the traced tokens.
     """
     files = list(files) or default_files()
     if not files:
         raise ValueError("no source files of the mixed suite's languages on this machine")
-    points = plan_points(files, points_per_file, max_chars)[:limit]
+    points = plan_points(files, points_per_file, max_chars)
+    if limit is not None:
+        points = first_points(points, limit)
     if not points:
         raise ValueError("no lines to type in the given files")
     total = sum(len(p.typed) for p in points)
@@ -726,7 +734,11 @@ def run_editor_benchmark(
     summaries = {name: r.summary() for name, r in results.items()}
     model_name = next((s["model"] for s in summaries.values() if s["model"]), model or "default")
     out(f"model: {model_name}")
-    out("keystroke to suggestion, ms (after the first request):")
+    out(
+        "first request of a run (the whole prompt evaluated): "
+        + ", ".join(f"{name} {s['first_ms']:.0f} ms" for name, s in summaries.items())
+    )
+    out("keystroke to suggestion, ms:")
     width = max(len(name) for name in summaries) + len(": after accept")
     out(_header("configuration", width))
     for name, s in summaries.items():
