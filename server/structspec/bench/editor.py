@@ -75,7 +75,7 @@ CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
 #: Default files per language (fewer where the machine has fewer).
 DEFAULT_LANGUAGES: dict[str, int] = {"python": 2, "javascript": 2, "go": 2, "sql": 1, "html": 1}
 #: Cursor points per file and characters typed at most per point.
-POINTS_PER_FILE = 3
+POINTS_PER_FILE = 2
 MAX_CHARS = 24
 #: One indentation unit of the simulated editor's auto-indent (tabs stay tabs).
 INDENT_UNIT = "    "

@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="humaneval (default), mixed, editor, infill, or jsonl:PATH",
     )
     add_model_arguments(p)
-    p.add_argument("--limit", type=int, help="first N prompts only")
+    p.add_argument("--limit", type=int, help="first N prompts only (editor: N cursor points)")
     p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt (default 128)")
     p.add_argument("--repeat", type=int, default=1, help="runs per prompt and mode (default 1)")
     p.add_argument(
