@@ -10,7 +10,8 @@ and checks every traced token against the teacher-forced argmax afterwards.
 Tracing must never disturb a completion: the file is opened per record
 (append-only, one ``write`` per line under a lock, so lines from several
 threads never interleave), and a failure is logged once and otherwise
-ignored. Nothing happens when the variable is unset.
+ignored. Nothing happens when the variable is unset, nor for a generation
+of no tokens (nothing to check).
 """
 
 from __future__ import annotations
