@@ -191,7 +191,7 @@ def test_editor_benchmark_smoke(tmp_path: Path):
         [str(src)], "standin", 1, out=lines.append, points_per_file=2, max_chars=4, contention=1
     )
     configs = result["configs"]
-    assert set(configs) == {"structspec", "greedy", "structspec + 1 busy loops"}
+    assert set(configs) == {"structspec", "greedy", "structspec + 1 busy loop"}
     assert configs["structspec"]["keystrokes"] == result["keystrokes"] == 8
     keys = configs["structspec"]["keys"]
     assert keys["model"]["n"] + keys["cache"]["n"] == keys["all"]["n"] == 8
