@@ -1,37 +1,232 @@
-"""The editor replay benchmark runs end to end (stand-in model, tiny workload)."""
+"""The editor benchmark: point planning, editor simulation, trace check, report (stand-in)."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
-from structspec.bench.editor import plan_points, run_editor_benchmark
+import pytest
+
+from structspec.bench import editor
+from structspec.bench.editor import (
+    Answer,
+    accept_edit,
+    busy_loops,
+    check_trace,
+    default_files,
+    enter_text,
+    first_points,
+    offset_at,
+    plan_points,
+    run_editor_benchmark,
+    split_answers,
+    without_model,
+)
+from structspec.completion import trace
+from structspec.runtime import open_model
+
+SOURCE = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30))
 
 
 def test_plan_points_clears_and_types_real_lines(tmp_path: Path):
     src = tmp_path / "m.py"
-    src.write_text("".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30)))
+    src.write_text(SOURCE)
     points = plan_points([str(src)], 4, 10)
     assert len(points) == 4
     for p in points:
         lines = p.text.split("\n")
         assert lines[p.line] == p.indent  # the line is cleared to its indentation
         assert p.typed and len(p.typed) <= 10
+        assert SOURCE.split("\n")[p.line].startswith(p.indent + p.typed)  # the real text
+        assert p.language == "python"
+
+
+def test_default_files_leave_out_the_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    inside, outside = repo / "pkg" / "a.py", tmp_path / "lib" / "b.py"
+    outside.parent.mkdir()
+    for path in (inside, outside):
+        path.write_text(SOURCE)
+
+    def fake_collect(language: str, limit: int) -> list[dict[str, str]]:
+        return [{"source": str(inside)}, {"source": str(outside)}] if language == "python" else []
+
+    monkeypatch.setattr(editor, "collect", fake_collect)
+    assert default_files(exclude=repo) == [str(outside.resolve())]
+
+
+def test_default_files_are_not_this_project():
+    root = editor.repository_root()
+    for name in default_files():
+        assert not Path(name).resolve().is_relative_to(root)
+
+
+def test_accept_inserts_exactly_the_insert_text():
+    text = "def f(x):\n    \n    return x\n"
+    cursor = offset_at(text, 1, 4)
+    item = {
+        "insertText": "y = x * 2",
+        "range": {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 4}},
+    }
+    new_text, change, after = accept_edit(text, item, cursor)
+    assert new_text == "def f(x):\n    y = x * 2\n    return x\n"
+    assert change == {"range": item["range"], "text": "y = x * 2"}
+    assert new_text[cursor:after] == "y = x * 2"
+
+
+def test_accept_replaces_the_item_range_in_utf16_columns():
+    text = "s = '😀ab'  # c\n"
+    item = {  # replace "ab'  # c" (the emoji is two UTF-16 units)
+        "insertText": "xy'",
+        "range": {"start": {"line": 0, "character": 7}, "end": {"line": 0, "character": 15}},
+    }
+    new_text, _, after = accept_edit(text, item, offset_at(text, 0, 7))
+    assert new_text == "s = '😀xy'\n"
+    assert new_text[:after] == "s = '😀xy'"
+
+
+def test_enter_keeps_the_indentation_and_indents_after_an_opener():
+    text = "    if x:\n"
+    assert enter_text(text, len("    if x:")) == "\n        "
+    text = "    y = 1\n"
+    assert enter_text(text, len("    y = 1")) == "\n    "
+    text = "\tfor (;;) {\n"
+    assert enter_text(text, len("\tfor (;;) {")) == "\n\t\t"
+
+
+def test_split_of_model_and_cache_answers():
+    answers = [Answer(100.0, False, True), Answer(300.0, False, True), Answer(2.0, True, True)]
+    split = split_answers(answers)
+    assert split["all"]["n"] == 3 and split["all"]["p50_ms"] == 100.0
+    assert split["model"] == {"n": 2, "p50_ms": 200.0, "p95_ms": 290.0}
+    assert split["cache"] == {"n": 1, "p50_ms": 2.0, "p95_ms": 2.0}
+    assert split_answers([])["model"] == {"n": 0, "p50_ms": 0.0, "p95_ms": 0.0}
+
+
+def test_answers_without_the_model_count_every_served_from_counter():
+    stats = {"servedFromCache": 3, "servedFromPregeneration": 2, "shown": 7, "requests": 12}
+    assert without_model(stats) == 5
+
+
+def test_trace_writes_nothing_when_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv(trace.TRACE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    trace.record([1, 2], [3])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_trace_appends_json_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(trace.TRACE_ENV, str(path))
+    trace.record([1, 2], [3, 4])
+    trace.record([5], [6], healed=b"ab")
+    trace.record([7], [])  # nothing generated: nothing to check
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == [
+        {"prompt": [1, 2], "tokens": [3, 4]},
+        {"prompt": [5], "tokens": [6], "healed": "6162"},
+    ]
+
+
+def test_trace_to_an_unwritable_path_does_not_raise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv(trace.TRACE_ENV, str(tmp_path / "missing" / "trace.jsonl"))
+    trace.record([1], [2])
+    trace.record([1], [2])
+    assert not (tmp_path / "missing").exists()
+
+
+def test_check_trace_counts_greedy_tokens_exact_and_others_off(tmp_path: Path):
+    model = open_model("standin")
+    prompt = model.tokenize("def add(a, b):\n    return")
+    greedy: list[int] = []
+    for _ in range(6):
+        greedy.append(int(model.logits([*prompt, *greedy]).argmax()))
+    wrong = [(greedy[0] + 1) % model.n_vocab, *greedy[1:]]
+    path = tmp_path / "trace.jsonl"
+    path.write_text(
+        json.dumps({"prompt": prompt, "tokens": greedy})
+        + "\n"
+        + json.dumps({"prompt": prompt, "tokens": wrong})
+        + "\n"
+    )
+    exact, constrained = check_trace(model, path)
+    assert constrained == 0
+    assert exact.exact + exact.near_tie + exact.off == 12
+    assert exact.exact >= 6  # every greedy token is the argmax
+    assert exact.off + exact.near_tie >= 1  # the wrong first token is not
+
+
+def test_check_trace_skips_tokens_constrained_by_healing(tmp_path: Path):
+    model = open_model("standin")
+    prompt = model.tokenize("x = 1\n")
+    tokens = [int(model.logits(prompt).argmax())] * 3
+    removed = model.token_bytes(tokens[0])  # the first token reproduces the removed bytes
+    path = tmp_path / "trace.jsonl"
+    path.write_text(
+        json.dumps({"prompt": prompt, "tokens": tokens, "healed": removed.hex()}) + "\n"
+    )
+    exact, constrained = check_trace(model, path)
+    assert constrained == 1
+    assert exact.exact + exact.near_tie + exact.off == 2
+
+
+def test_busy_loops_are_killed():
+    with busy_loops(2) as procs:
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+    assert all(p.poll() is not None for p in procs)
+    with pytest.raises(RuntimeError), busy_loops(1) as procs:
+        raise RuntimeError("the replay failed")
+    assert procs[0].poll() is not None
 
 
 def test_editor_benchmark_smoke(tmp_path: Path):
     src = tmp_path / "m.py"
-    src.write_text("".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30)))
+    src.write_text(SOURCE)
     lines: list[str] = []
     result = run_editor_benchmark(
-        [str(src)],
-        "standin",
-        1,
-        out=lines.append,
-        points_per_file=2,
-        max_chars=4,
-        reuse_off_keystrokes=3,
+        [str(src)], "standin", 1, out=lines.append, points_per_file=2, max_chars=4, contention=1
     )
-    assert set(result["configs"]) == {"structspec", "greedy", "no prefix reuse"}
-    assert result["configs"]["structspec"]["keystrokes"] == result["keystrokes"] == 8
-    assert result["configs"]["no prefix reuse"]["keystrokes"] == 2  # 1 per point
-    assert any(line.startswith("prefix reuse:") for line in lines)
+    configs = result["configs"]
+    assert set(configs) == {"structspec", "greedy", "structspec + 1 busy loop"}
+    assert configs["structspec"]["keystrokes"] == result["keystrokes"] == 8
+    keys = configs["structspec"]["keys"]
+    assert keys["model"]["n"] + keys["cache"]["n"] == keys["all"]["n"] == 8
+    assert keys["model"]["n"] > 0  # the stand-in answered something itself
+    assert configs["structspec"]["after_accept"]["all"]["n"] > 0
+    exactness = result["exactness"]
+    assert exactness["exact"] > 0 and exactness["off"] == 0
+    assert any(line.startswith("teacher-forced:") for line in lines)
+    assert any(line.startswith("contention:") for line in lines)
+    assert any("after accept" in line for line in lines)
+
+
+def test_servers_get_the_default_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("STRUCTSPEC_DEBOUNCE_MS", "0")
+    monkeypatch.setenv("STRUCTSPEC_LLAMA_LOG", "1")  # not a setting: kept
+    env = editor._server_env(tmp_path / "t.jsonl")
+    assert "STRUCTSPEC_DEBOUNCE_MS" not in env and env["STRUCTSPEC_LLAMA_LOG"] == "1"
+    assert env["STRUCTSPEC_CONFIG"] == os.devnull and env[trace.TRACE_ENV] == str(
+        tmp_path / "t.jsonl"
+    )
+    monkeypatch.delenv(trace.TRACE_ENV, raising=False)
+    assert trace.TRACE_ENV not in editor._server_env(None)
+
+
+def test_limit_takes_the_first_points_of_every_file_in_turn(tmp_path: Path):
+    files = []
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(SOURCE)
+        files.append(str(tmp_path / name))
+    lines: list[str] = []
+    result = run_editor_benchmark(
+        files, "standin", 1, out=lines.append, max_chars=2, limit=2, exactness=False
+    )
+    assert result["points"] == 2 and result["keystrokes"] == 4
+    points = plan_points(files, 3, 2)
+    assert first_points(points, 3) == [points[0], points[3], points[1]]  # a, b, a
+    assert result["exactness"] is None
+    assert not any(line.startswith("teacher-forced:") for line in lines)

@@ -1,63 +1,179 @@
-"""Editor replay benchmark: type through source files against the real language server.
+"""Editor benchmark: type real code of other projects against the real language server.
 
 A user is simulated over stdio against a ``structspec-lsp`` subprocess (the
-same program an editor starts): at several cursor points of each file the line
-there is cleared back to its indentation and typed again one character at a
-time; every keystroke is a ``didChange`` followed by a
-``textDocument/inlineCompletion`` request, and the time from sending the
-keystroke to receiving the answer is the keystroke-to-suggestion latency.
+same program an editor starts) running with the default settings (the
+debounce included). The files typed are not this project's: by default real
+source files of several languages found on the machine, chosen the way the
+mixed suite chooses them (``bench/mixed.py``), never one under the
+repository. At several cursor points of each file the line there is cleared
+back to its indentation, and at each point:
+
+1. *after accept*: a suggestion is asked for at the cleared line; when one
+   comes back it is accepted as VS Code does (a ``didChange`` inserting the
+   item's ``insertText`` over its ``range``, then the item's command), and a
+   suggestion is asked for at once at the new cursor; then Enter is typed with
+   an editor's auto-indent (the line's indentation, one unit deeper after a
+   block opener) and one is asked for on the new line (*next line*);
+2. the point's text is restored (a full-text ``didChange``) and the line's
+   real text (not the suggestion) is typed one character at a time: every
+   keystroke is a ``didChange`` followed by a ``textDocument/inlineCompletion``
+   request, and the time from sending the keystroke to receiving the answer is
+   the keystroke-to-suggestion latency.
+
 Requests are sequential (the next key is typed once the answer is in), so each
-latency is the server's alone. The first request of a run (a cold prefill of
-the whole prompt) is reported separately.
+latency is the server's alone. After every answer the server's status tells
+whether the model computed it or it was served without the model (its
+``servedFrom*`` counters: typed-through and pre-generated answers); the status
+request is not timed. The first request of a run (a cold prefill of the whole
+prompt) is reported separately.
 
-The configurations below run as three servers side by side, typing in turn at
-each cursor point, so a busy phase of a shared machine hits all of them alike.
+The configurations run as servers side by side, typing in turn at each cursor
+point, so a busy phase of a shared machine hits all of them alike:
+``structspec`` (the defaults) and ``greedy`` (``speculative: false``).
+``contention`` replays ``structspec`` once more, on a fresh server, while
+busy-loop processes compete for the CPU.
 
-The same replay runs against three server configurations, side by side:
-
-- ``structspec``: speculative decoding with prefix reuse (the defaults);
-- ``greedy``: prefix reuse, no speculation;
-- ``no prefix reuse``: speculative, but the whole prompt evaluated on every
-  request. Re-prefilling is slow, so this one replays only about
-  ``reuse_off_keystrokes`` keystrokes (the first few at every point, so
-  short and long prompts both count); the speed-up of reuse is the ratio of
-  median latencies over the keystrokes both runs answered with the model.
+The ``structspec`` server runs with ``STRUCTSPEC_TRACE`` set
+(``completion/trace.py``); afterwards every traced token is checked against
+the teacher-forced argmax of the model loaded in-process, counted as the
+other suites count (``bench/harness.py``: ``Exactness``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import itertools
 import json
 import os
-import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from structspec.bench.harness import Exactness
+from structspec.bench.mixed import EXTENSIONS, collect
+from structspec.completion.suggest import CursorContext
+from structspec.completion.trace import TRACE_ENV
+from structspec.config import Settings
+
+if TYPE_CHECKING:
+    from structspec.model.base import Model
 
 Out = Callable[[str], None]
-
-#: Settings sent as ``initializationOptions`` in every configuration.
-BASE_OPTIONS: dict[str, Any] = {"debounceMs": 0, "maxTokens": 48, "maxLatencyMs": 1500}
 
 CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("structspec", {}),
     ("greedy", {"speculative": False}),
-    ("no prefix reuse", {"prefixReuse": False}),
 )
 
+#: Default files per language (fewer where the machine has fewer).
+DEFAULT_LANGUAGES: dict[str, int] = {"python": 2, "javascript": 2, "go": 2, "sql": 1, "html": 1}
+#: Cursor points per file and characters typed at most per point.
+POINTS_PER_FILE = 2
+MAX_CHARS = 24
+#: One indentation unit of the simulated editor's auto-indent (tabs stay tabs).
+INDENT_UNIT = "    "
+#: Per-answer status counters of answers served without the model.
+WITHOUT_MODEL_PREFIX = "servedFrom"
 
-def default_files() -> list[str]:
-    """A real source file of this package, about 2,000 tokens (the issue's workload)."""
-    return [str(Path(__file__).resolve().parents[1] / "completion" / "documents.py")]
+
+def repository_root() -> Path:
+    """The checkout this module runs from (its files are never typed by default)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def default_files(exclude: Path | None = None) -> list[str]:
+    """Real files of several languages on this machine, none under ``exclude``.
+
+    ``exclude`` defaults to the repository root. Languages with no file on the
+    machine are left out.
+    """
+    root = (exclude or repository_root()).resolve()
+    files: list[str] = []
+    for language, wanted in DEFAULT_LANGUAGES.items():
+        found = 0
+        for item in collect(language, wanted + 4):  # a few spare for excluded ones
+            path = Path(item["source"]).resolve()
+            if found >= wanted or path.is_relative_to(root):
+                continue
+            files.append(str(path))
+            found += 1
+    return files
+
+
+def language_id(path: str) -> str:
+    """The LSP languageId of a file, from the mixed suite's extensions."""
+    suffix = Path(path).suffix.lower()
+    for language, extensions in EXTENSIONS.items():
+        if suffix in extensions:
+            return language
+    return suffix.lstrip(".") or "plaintext"
 
 
 def _utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
+
+
+def offset_at(text: str, line: int, character: int) -> int:
+    """The string offset of an LSP position (UTF-16 columns), clamped to the line."""
+    start = 0
+    for _ in range(line):
+        newline = text.find("\n", start)
+        if newline < 0:
+            return len(text)
+        start = newline + 1
+    end = text.find("\n", start)
+    end = len(text) if end < 0 else end
+    units, i = 0, start
+    while i < end and units < character:
+        units += 2 if ord(text[i]) > 0xFFFF else 1
+        i += 1
+    return i
+
+
+def position_at(text: str, offset: int) -> dict[str, int]:
+    """The LSP position of a string offset."""
+    start = text.rfind("\n", 0, offset) + 1
+    return {"line": text.count("\n", 0, offset), "character": _utf16_len(text[start:offset])}
+
+
+def accept_edit(text: str, item: dict[str, Any], cursor: int) -> tuple[str, dict[str, Any], int]:
+    """Accept an inline completion item as VS Code does.
+
+    Returns the new text, the ``didChange`` content change (the item's
+    ``insertText`` over its ``range``; at the cursor when it has none) and the
+    cursor after the inserted text.
+    """
+    insert = str(item.get("insertText", ""))
+    rng = item.get("range")
+    if rng:
+        start = offset_at(text, rng["start"]["line"], rng["start"]["character"])
+        end = offset_at(text, rng["end"]["line"], rng["end"]["character"])
+    else:
+        start = end = cursor
+        rng = {"start": position_at(text, cursor), "end": position_at(text, cursor)}
+    new_text = text[:start] + insert + text[end:]
+    return new_text, {"range": rng, "text": insert}, start + len(insert)
+
+
+def enter_text(text: str, offset: int) -> str:
+    """What Enter inserts at ``offset`` with auto-indent: a newline and an indentation.
+
+    The line's indentation, one unit deeper when the line ends with a block
+    opener (``grammars/languages.toml``, as the completion layer decides it).
+    """
+    start = text.rfind("\n", 0, offset) + 1
+    line = text[start:offset]
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    if CursorContext.at(text, offset).opener_line:
+        indent += "\t" if indent.startswith("\t") else INDENT_UNIT
+    return "\n" + indent
 
 
 @dataclass(frozen=True)
@@ -65,6 +181,7 @@ class Point:
     """One cursor point: ``line`` of ``uri`` is cleared to ``indent`` and ``typed`` is typed."""
 
     uri: str
+    language: str
     text: str  # the document with the line cleared
     line: int
     indent: str
@@ -96,7 +213,8 @@ def plan_points(files: Sequence[str], points_per_file: int, max_chars: int) -> l
             indent = body[: len(body) - len(body.lstrip())]
             ending = lines[i][len(body) :] or "\n"
             text = "".join(lines[:i]) + indent + ending + "".join(lines[i + 1 :])
-            points.append(Point(uri, text, i, indent, body[len(indent) :][:max_chars]))
+            typed = body[len(indent) :][:max_chars]
+            points.append(Point(uri, language_id(name), text, i, indent, typed))
     return points
 
 
@@ -108,7 +226,6 @@ class StdioClient:
         self._ids = 0
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._reader: asyncio.Task[None] | None = None
-        self.statuses: list[dict[str, Any]] = []
         self.messages: list[str] = []
 
     async def start(self, cmd: Sequence[str], env: dict[str, str], stderr: Any) -> None:
@@ -161,8 +278,6 @@ class StdioClient:
         elif "id" in message:  # a request from the server: configuration and the like
             result: Any = [None] * len(message.get("params", {}).get("items", [])) or None
             self._send({"jsonrpc": "2.0", "id": message["id"], "result": result})
-        elif message.get("method") == "structspec/status":
-            self.statuses.append(message.get("params") or {})
         elif message.get("method") in ("window/showMessage", "window/logMessage"):
             self.messages.append(str((message.get("params") or {}).get("message", "")))
 
@@ -191,42 +306,21 @@ class StdioClient:
             self._reader.cancel()
 
 
-@dataclass
-class ConfigResult:
-    """Measurements of one configuration."""
+def first_points(points: Sequence[Point], limit: int) -> list[Point]:
+    """``limit`` points: the first of every file in turn, then the second, and so on."""
+    by_file: dict[str, list[Point]] = {}
+    for point in points:
+        by_file.setdefault(point.uri, []).append(point)
+    turns = itertools.zip_longest(*by_file.values())
+    return [p for turn in turns for p in turn if p is not None][:limit]
 
-    name: str
-    first_ms: float = 0.0
-    latencies_ms: list[float] = field(default_factory=list)  # after the first request
-    from_model: list[bool] = field(default_factory=list)  # per latency: the model answered
-    keys: list[tuple[int, int]] = field(default_factory=list)  # per latency: (point, char)
-    suggestions: int = 0
-    status: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def model_latencies_ms(self) -> list[float]:
-        return [ms for ms, m in zip(self.latencies_ms, self.from_model, strict=True) if m]
+class Answer(NamedTuple):
+    """One timed answer: milliseconds, served without the model, a suggestion shown."""
 
-    def summary(self) -> dict[str, Any]:
-        lat = self.latencies_ms
-        model_lat = self.model_latencies_ms
-        stats = self.status.get("stats", {}) if isinstance(self.status, dict) else {}
-        return {
-            "keystrokes": len(lat) + 1,
-            "first_ms": round(self.first_ms, 1),
-            "p50_ms": round(_percentile(lat, 50), 1),
-            "p95_ms": round(_percentile(lat, 95), 1),
-            "mean_ms": round(statistics.fmean(lat), 1) if lat else 0.0,
-            "model_p50_ms": round(_percentile(model_lat, 50), 1),
-            "model_p95_ms": round(_percentile(model_lat, 95), 1),
-            "prefill_p50_ms": round(stats.get("medianPrefillMs") or 0.0, 1),
-            "decode_p50_ms": round(stats.get("medianDecodeMs") or 0.0, 1),
-            "tokens_per_second": stats.get("tokensPerSecond", 0.0),
-            "served_from_cache": stats.get("servedFromCache", 0),
-            "model_suggestions": stats.get("shown", 0),
-            "suggestions": self.suggestions,
-            "model": self.status.get("model", "") if isinstance(self.status, dict) else "",
-        }
+    ms: float
+    cached: bool
+    shown: bool
 
 
 def _percentile(values: Sequence[float], pct: float) -> float:
@@ -238,11 +332,93 @@ def _percentile(values: Sequence[float], pct: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def _server_env() -> dict[str, str]:
-    env = dict(os.environ)
+def split_answers(answers: Sequence[Answer]) -> dict[str, dict[str, float]]:
+    """p50/p95 and counts over all answers, the model-computed ones and the cached ones."""
+
+    def stats(ms: list[float]) -> dict[str, float]:
+        return {
+            "n": len(ms),
+            "p50_ms": round(_percentile(ms, 50), 1),
+            "p95_ms": round(_percentile(ms, 95), 1),
+        }
+
+    return {
+        "all": stats([a.ms for a in answers]),
+        "model": stats([a.ms for a in answers if not a.cached]),
+        "cache": stats([a.ms for a in answers if a.cached]),
+    }
+
+
+@dataclass
+class ConfigResult:
+    """Measurements of one configuration."""
+
+    name: str
+    first_ms: float = 0.0  # the run's first request (at the first point, before typing)
+    keys: list[Answer] = field(default_factory=list)
+    after_accept: list[Answer] = field(default_factory=list)
+    next_line: list[Answer] = field(default_factory=list)
+    no_suggestion_points: int = 0  # points where nothing came back to accept
+    status: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        stats = self.status.get("stats", {}) if isinstance(self.status, dict) else {}
+        return {
+            "keystrokes": len(self.keys),
+            "first_ms": round(self.first_ms, 1),
+            "keys": split_answers(self.keys),
+            "after_accept": split_answers(self.after_accept),
+            "next_line": split_answers(self.next_line),
+            "no_suggestion_points": self.no_suggestion_points,
+            "suggestions": sum(a.shown for a in self.keys),
+            "tokens_per_second": stats.get("tokensPerSecond", 0.0),
+            "model_suggestions": stats.get("shown", 0),
+            "served_without_model": without_model(stats),
+            "model": self.status.get("model", "") if isinstance(self.status, dict) else "",
+        }
+
+
+def without_model(stats: dict[str, Any]) -> int:
+    """Answers the server gave without the model (its ``servedFrom*`` counters)."""
+    return sum(
+        v
+        for k, v in stats.items()
+        if k.startswith(WITHOUT_MODEL_PREFIX) and isinstance(v, int) and not isinstance(v, bool)
+    )
+
+
+def _server_env(trace: Path | None) -> dict[str, str]:
+    """This tree's code, the default settings (no config file, no setting's variable), a trace."""
+    settings = {f"STRUCTSPEC_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+    env = {k: v for k, v in os.environ.items() if k not in settings}
     server_dir = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (server_dir, env.get("PYTHONPATH")) if p)
+    env["STRUCTSPEC_CONFIG"] = os.devnull  # not a file: the defaults
+    if trace is not None:
+        env[TRACE_ENV] = str(trace)
     return env
+
+
+@contextlib.contextmanager
+def busy_loops(n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``n`` processes spinning on the CPU while the block runs; always killed after it."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(n):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", "while True: pass"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
 
 
 class _Replay:
@@ -254,21 +430,22 @@ class _Replay:
         options: dict[str, Any],
         model: str,
         threads: int,
-        per_point: int | None,
         timeout_s: float,
+        trace: Path | None = None,
     ) -> None:
         self.name = name
         self.options = options
         self.model = model
         self.threads = threads
-        self.per_point = per_point
         self.timeout_s = timeout_s
+        self.trace = trace
         self.result = ConfigResult(name)
         self.client = StdioClient()
         # The server's stderr, kept for the error message; closed in close().
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
         self.opened: dict[str, int] = {}
-        self.count = 0
+        self.text = ""
+        self.served = 0  # the status' answers without the model so far
 
     def failure(self, exc: BaseException) -> RuntimeError:
         self.stderr.seek(0)
@@ -280,14 +457,14 @@ class _Replay:
         cmd = [sys.executable, "-m", "structspec.lsp", "--stdio", "--threads", str(self.threads)]
         if self.model:
             cmd += ["--model", self.model]
-        await self.client.start(cmd, _server_env(), self.stderr)
+        await self.client.start(cmd, _server_env(self.trace), self.stderr)
         await self.client.request(
             "initialize",
             {
                 "processId": os.getpid(),
                 "rootUri": None,
                 "capabilities": {"textDocument": {"inlineCompletion": {}}},
-                "initializationOptions": {**BASE_OPTIONS, **self.options},
+                "initializationOptions": self.options,
             },
         )
         self.client.notify("initialized", {})
@@ -314,70 +491,109 @@ class _Replay:
         finally:
             self.stderr.close()
 
-    async def type_point(self, index: int, point: Point) -> None:
-        """Type one point's text (only its first ``per_point`` characters when set)."""
-        client, result = self.client, self.result
-        version = self.opened.get(point.uri, 0) + 1
-        if point.uri not in self.opened:
-            language = "python" if point.uri.endswith(".py") else Path(point.uri).suffix[1:]
-            client.notify(
-                "textDocument/didOpen",
+    def _change(self, uri: str, change: dict[str, Any]) -> None:
+        self.opened[uri] += 1
+        self.client.notify(
+            "textDocument/didChange",
+            {
+                "textDocument": {"uri": uri, "version": self.opened[uri]},
+                "contentChanges": [change],
+            },
+        )
+
+    def _set_text(self, point: Point) -> None:
+        """Open the document with the point's text, or replace its whole text with it."""
+        self.text = point.text
+        if point.uri in self.opened:
+            self._change(point.uri, {"text": point.text})
+            return
+        self.opened[point.uri] = 1
+        self.client.notify(
+            "textDocument/didOpen",
+            {
+                "textDocument": {
+                    "uri": point.uri,
+                    "languageId": point.language,
+                    "version": 1,
+                    "text": point.text,
+                }
+            },
+        )
+
+    async def _ask(self, uri: str, offset: int, t0: float | None = None) -> tuple[Answer, Any]:
+        """Ask for a suggestion at ``offset``; timed from ``t0`` (default: now)."""
+        t0 = time.perf_counter() if t0 is None else t0
+        answer = await asyncio.wait_for(
+            self.client.request(
+                "textDocument/inlineCompletion",
                 {
-                    "textDocument": {
-                        "uri": point.uri,
-                        "languageId": language,
-                        "version": version,
-                        "text": point.text,
-                    }
+                    "textDocument": {"uri": uri},
+                    "position": position_at(self.text, offset),
+                    "context": {"triggerKind": 2},
                 },
+            ),
+            self.timeout_s,
+        )
+        ms = (time.perf_counter() - t0) * 1000.0
+        served = without_model((await self.status()).get("stats", {}))  # not timed
+        cached, self.served = served > self.served, served
+        shown = bool(isinstance(answer, dict) and answer.get("items"))
+        return Answer(ms, cached, shown), answer
+
+    async def _edit(self, uri: str, offset: int, inserted: str) -> tuple[Answer, Any]:
+        """Insert ``inserted`` at ``offset`` (a keystroke) and ask at its end, timed."""
+        pos = position_at(self.text, offset)
+        t0 = time.perf_counter()
+        self._change(uri, {"range": {"start": pos, "end": pos}, "text": inserted})
+        self.text = self.text[:offset] + inserted + self.text[offset:]
+        return await self._ask(uri, offset + len(inserted), t0)
+
+    async def accept_at(self, point: Point) -> None:
+        """Ask at the cleared line, accept the suggestion, ask after it and on the next line."""
+        result = self.result
+        self._set_text(point)
+        cursor = offset_at(self.text, point.line, _utf16_len(point.indent))
+        probe, answer = await self._ask(point.uri, cursor)
+        if not result.first_ms:  # the run's first request: the whole prompt is evaluated
+            result.first_ms = probe.ms
+        items = answer.get("items") if isinstance(answer, dict) else None
+        if not items:
+            result.no_suggestion_points += 1
+            return
+        item = items[0]
+        t0 = time.perf_counter()
+        self.text, change, cursor = accept_edit(self.text, item, cursor)
+        self._change(point.uri, change)
+        command = item.get("command")
+        accepted = None
+        if isinstance(command, dict) and command.get("command"):
+            accepted = asyncio.ensure_future(
+                self.client.request(
+                    "workspace/executeCommand",
+                    {"command": command["command"], "arguments": command.get("arguments", [])},
+                )
             )
-        else:
-            client.notify(
-                "textDocument/didChange",
-                {
-                    "textDocument": {"uri": point.uri, "version": version},
-                    "contentChanges": [{"text": point.text}],
-                },
-            )
-        column = _utf16_len(point.indent)
-        typed = point.typed if self.per_point is None else point.typed[: self.per_point]
-        for j, ch in enumerate(typed):
-            version += 1
-            pos = {"line": point.line, "character": column}
-            statuses = len(client.statuses)
-            t0 = time.perf_counter()
-            client.notify(
-                "textDocument/didChange",
-                {
-                    "textDocument": {"uri": point.uri, "version": version},
-                    "contentChanges": [{"range": {"start": pos, "end": pos}, "text": ch}],
-                },
-            )
-            column += _utf16_len(ch)
-            answer = await asyncio.wait_for(
-                client.request(
-                    "textDocument/inlineCompletion",
-                    {
-                        "textDocument": {"uri": point.uri},
-                        "position": {"line": point.line, "character": column},
-                        "context": {"triggerKind": 2},
-                    },
-                ),
-                self.timeout_s,
-            )
-            ms = (time.perf_counter() - t0) * 1000.0
-            if self.count == 0:
-                result.first_ms = ms
-            else:
-                result.latencies_ms.append(ms)
-                # The server reports status around every model request (busy, idle)
-                # and sends it before the answer; a typed-through answer sends none.
-                result.from_model.append(len(client.statuses) > statuses)
-                result.keys.append((index, j))
-            if answer and answer.get("items"):
-                result.suggestions += 1
-            self.count += 1
-        self.opened[point.uri] = version
+        after, _ = await self._ask(point.uri, cursor, t0)
+        if accepted is not None:
+            await accepted
+        result.after_accept.append(after)
+        newline = enter_text(self.text, cursor)
+        nxt, _ = await self._edit(point.uri, cursor, newline)
+        result.next_line.append(nxt)
+
+    async def type_point(self, point: Point) -> None:
+        """Restore the point's text and type its line one character at a time."""
+        result = self.result
+        self._set_text(point)
+        offset = offset_at(self.text, point.line, _utf16_len(point.indent))
+        for ch in point.typed:
+            answer, _ = await self._edit(point.uri, offset, ch)
+            offset += len(ch)
+            result.keys.append(answer)
+
+    async def run_point(self, point: Point) -> None:
+        await self.accept_at(point)
+        await self.type_point(point)
 
 
 async def start_server(server: _Replay, out: Out) -> None:
@@ -387,37 +603,15 @@ async def start_server(server: _Replay, out: Out) -> None:
     out(f"  {server.name}: server ready in {time.perf_counter() - t0:.1f} s")
 
 
-async def _replay_all(
-    points: Sequence[Point],
-    model: str,
-    threads: int,
-    per_point: int,
-    timeout_s: float,
-    out: Out,
-) -> dict[str, ConfigResult]:
-    """Replay every configuration, interleaved point by point.
-
-    All servers stay up; at each point they type in turn, so slow phases of a
-    shared machine hit every configuration alike.
-    """
-    replays = [
-        _Replay(
-            name,
-            options,
-            model,
-            threads,
-            per_point if options.get("prefixReuse") is False else None,
-            timeout_s,
-        )
-        for name, options in CONFIGS
-    ]
+async def _replay(replays: Sequence[_Replay], points: Sequence[Point], out: Out) -> None:
+    """Replay every server, interleaved point by point; close them all."""
     current = replays[0]
     try:
         for current in replays:
             await start_server(current, out)
-        for index, point in enumerate(points):
+        for point in points:
             for current in replays:
-                await current.type_point(index, point)
+                await current.run_point(point)
         for current in replays:
             await current.finish()
     except Exception as exc:
@@ -426,7 +620,50 @@ async def _replay_all(
         for replay in replays:
             with contextlib.suppress(Exception):
                 await replay.close()
-    return {r.name: r.result for r in replays}
+
+
+def check_trace(model: Model, trace: Path) -> tuple[Exactness, int]:
+    """Check every traced token against the teacher-forced argmax.
+
+    Returns the counts (``Exactness``: exact, near-tie, off as the other suites
+    count them) and how many tokens were left unchecked because token healing
+    constrained them (they reproduce the prompt's removed bytes, not the plain
+    argmax). Consecutive generations share most of their prompt, so the
+    model's cache is kept between them (only what differs is evaluated).
+    """
+    exact = Exactness()
+    constrained = 0
+    if not trace.is_file():
+        return exact, 0
+    with trace.open(encoding="utf-8") as fh:
+        for line in fh:
+            entry = json.loads(line)
+            prompt, tokens = entry["prompt"], entry["tokens"]
+            removed = len(bytes.fromhex(entry.get("healed", "")))
+            skip = done = 0
+            while skip < len(tokens) and done < removed:
+                done += len(model.token_bytes(tokens[skip]))
+                skip += 1
+            checks = model.teacher_forced(prompt, tokens)
+            exact.add([c.gap for c in checks[skip:]])
+            constrained += skip
+    return exact, constrained
+
+
+def _row(name: str, s: dict[str, dict[str, float]], width: int) -> str:
+    a, m, c = s["all"], s["model"], s["cache"]
+    return (
+        f"{name:<{width}} {a['n']:>5.0f} {a['p50_ms']:>7.1f} {a['p95_ms']:>7.1f} | "
+        f"{m['n']:>5.0f} {m['p50_ms']:>7.1f} {m['p95_ms']:>7.1f} | "
+        f"{c['n']:>5.0f} {c['p50_ms']:>7.1f} {c['p95_ms']:>7.1f}"
+    )
+
+
+def _header(first: str, width: int) -> str:
+    return (
+        f"{first:<{width}} {'n':>5} {'p50':>7} {'p95':>7} | {'model':>5} {'p50':>7} {'p95':>7} | "
+        f"{'cache':>5} {'p50':>7} {'p95':>7}"
+    )
 
 
 def run_editor_benchmark(
@@ -435,84 +672,118 @@ def run_editor_benchmark(
     threads: int,
     out: Out = print,
     *,
-    points_per_file: int = 6,
-    max_chars: int = 24,
-    reuse_off_keystrokes: int = 20,
+    points_per_file: int = POINTS_PER_FILE,
+    max_chars: int = MAX_CHARS,
+    limit: int | None = None,
+    contention: int = 0,
+    exactness: bool = True,
     timeout_s: float = 300.0,
 ) -> dict[str, Any]:
-    """Replay typing through ``files`` in every configuration; print a table; return the numbers.
+    """Replay typing through ``files`` in every configuration; print a report; return the numbers.
 
-    ``model`` is a model spec (a GGUF path, ``""`` for the default model,
-    ``standin`` for a smoke run).
+    ``files`` empty: ``default_files()``. ``model`` is a model spec (a GGUF
+    path, ``""`` for the default model, ``standin`` for a smoke run).
+    ``limit``: that many cursor points, the files' first ones in turn. ``contention``: busy-loop
+    processes for a second, loaded replay of ``structspec`` (0: none).
+    ``exactness``: the teacher-forced check of the traced tokens.
     """
     files = list(files) or default_files()
+    if not files:
+        raise ValueError("no source files of the mixed suite's languages on this machine")
     points = plan_points(files, points_per_file, max_chars)
+    if limit is not None:
+        points = first_points(points, limit)
     if not points:
         raise ValueError("no lines to type in the given files")
     total = sum(len(p.typed) for p in points)
-    # Re-prefilling is slow: that baseline types the first few characters at every
-    # point, so it sees short and long prompts alike.
-    per_point = max(1, reuse_off_keystrokes // len(points))
+    languages: dict[str, int] = {}
+    for name in files:
+        languages[language_id(name)] = languages.get(language_id(name), 0) + 1
     out(
-        f"editor replay: {len(files)} file(s), {len(points)} cursor points, {total} keystrokes "
-        f"(no prefix reuse: the first {per_point} at each point); {threads} thread(s)"
+        f"editor replay: {len(files)} file(s) "
+        f"({', '.join(f'{k} {v}' for k, v in languages.items())}), {len(points)} cursor points, "
+        f"{total} keystrokes per configuration; default settings; {threads} thread(s)"
     )
-    t0 = time.perf_counter()
-    results = asyncio.run(_replay_all(points, model, threads, per_point, timeout_s, out))
-    out(f"  replay done in {time.perf_counter() - t0:.1f} s")
+    for name in files:
+        out(f"  {name}")
+    with tempfile.TemporaryDirectory(prefix="structspec-editor-") as tmp:
+        trace = Path(tmp) / "trace.jsonl" if exactness else None
+        replays = [
+            _Replay(name, options, model, threads, timeout_s, trace if not options else None)
+            for name, options in CONFIGS
+        ]
+        t0 = time.perf_counter()
+        asyncio.run(_replay(replays, points, out))
+        out(f"  replay done in {time.perf_counter() - t0:.1f} s")
+        results = {r.name: r.result for r in replays}
+        loops = f"{contention} busy loop{'s' if contention != 1 else ''}"
+        loaded_name = f"structspec + {loops}"
+        if contention > 0:
+            loaded = _Replay(loaded_name, {}, model, threads, timeout_s)
+            t0 = time.perf_counter()
+            with busy_loops(contention):
+                asyncio.run(_replay([loaded], points, out))
+            out(f"  loaded replay done in {time.perf_counter() - t0:.1f} s")
+            results[loaded.name] = loaded.result
+        checked: tuple[Exactness, int] | None = None
+        if trace is not None:
+            from structspec.runtime import open_model
+
+            t0 = time.perf_counter()
+            checker = open_model(model, context_size=Settings().context_size, threads=threads)
+            checked = check_trace(checker, trace)
+            out(f"  teacher-forced check done in {time.perf_counter() - t0:.1f} s")
     summaries = {name: r.summary() for name, r in results.items()}
-    # Prefix reuse against re-prefilling, over the same keystrokes, on the
-    # answers the model computed (typed-through answers cost nothing either way).
-    off_result, on_result = results["no prefix reuse"], results["structspec"]
-    on_by_key = {
-        k: ms
-        for k, ms, m in zip(
-            on_result.keys, on_result.latencies_ms, on_result.from_model, strict=True
-        )
-        if m
-    }
-    pairs = [
-        (on_by_key[k], ms)
-        for k, ms, m in zip(
-            off_result.keys, off_result.latencies_ms, off_result.from_model, strict=True
-        )
-        if m and k in on_by_key
-    ]
-    on = [p[0] for p in pairs]
-    off = [p[1] for p in pairs]
-    speedup = (_percentile(off, 50) / _percentile(on, 50)) if pairs else 0.0
-    on_prefill = summaries["structspec"]["prefill_p50_ms"]
-    off_prefill = summaries["no prefix reuse"]["prefill_p50_ms"]
     model_name = next((s["model"] for s in summaries.values() if s["model"]), model or "default")
     out(f"model: {model_name}")
     out(
-        f"{'configuration':<16} {'keys':>5} {'first':>7} {'p50':>7} {'p95':>7} {'mean':>7} "
-        f"{'model p50':>9} {'model p95':>9} {'prefill':>8} {'tok/s':>6} {'cached':>6}"
+        "first request of a run (the whole prompt evaluated): "
+        + ", ".join(f"{name} {s['first_ms']:.0f} ms" for name, s in summaries.items())
     )
+    out("keystroke to suggestion, ms:")
+    width = max(len(name) for name in summaries) + len(": after accept")
+    out(_header("configuration", width))
     for name, s in summaries.items():
-        out(
-            f"{name:<16} {s['keystrokes']:>5} {s['first_ms']:>7.0f} {s['p50_ms']:>7.1f} "
-            f"{s['p95_ms']:>7.1f} {s['mean_ms']:>7.1f} {s['model_p50_ms']:>9.1f} "
-            f"{s['model_p95_ms']:>9.1f} {s['prefill_p50_ms']:>8.1f} "
-            f"{s['tokens_per_second']:>6.1f} {s['served_from_cache']:>6}"
-        )
+        out(_row(name, s["keys"], width))
     out(
-        "(milliseconds from keystroke to suggestion, after the first request; 'model': "
-        "answers the model computed, the rest were typed through; 'prefill': median "
-        "prompt evaluation per request)"
+        "(model: answers the model computed; cache: answers served without it, typed through "
+        "or pre-generated; target: p50 <= 120 ms, p95 <= 350 ms)"
+    )
+    s_, g = summaries["structspec"], summaries["greedy"]
+    ratio = s_["tokens_per_second"] / g["tokens_per_second"] if g["tokens_per_second"] else 0.0
+    out(
+        f"speculation on model-computed answers: {s_['tokens_per_second']:.1f} tok/s vs greedy "
+        f"{g['tokens_per_second']:.1f} tok/s = {ratio:.2f}x (target >= 1.3x)"
     )
     out(
-        f"prefix reuse: model-answer p50 {_percentile(on, 50):.1f} ms vs "
-        f"{_percentile(off, 50):.1f} ms re-prefilling ({len(pairs)} keystrokes both computed) = "
-        f"{speedup:.1f}x; prompt evaluation p50 {on_prefill:.1f} ms vs {off_prefill:.1f} ms"
+        f"after accepting a suggestion, ms ({len(points) - s_['no_suggestion_points']} of "
+        f"{len(points)} points had one for structspec, "
+        f"{len(points) - g['no_suggestion_points']} for greedy):"
     )
-    g, s_ = summaries["greedy"], summaries["structspec"]
-    if g["tokens_per_second"]:
-        ratio = s_["tokens_per_second"] / g["tokens_per_second"]
+    out(_header("configuration: request", width))
+    for name, s in summaries.items():
+        out(_row(f"{name}: after accept", s["after_accept"], width))
+        out(_row(f"{name}: next line", s["next_line"], width))
+    out("(target: after accept p50 <= 30 ms)")
+    contention_ratio = 0.0
+    if contention > 0:
+        quiet_p95 = s_["keys"]["all"]["p95_ms"]
+        loaded_p95 = summaries[loaded_name]["keys"]["all"]["p95_ms"]
+        contention_ratio = loaded_p95 / quiet_p95 if quiet_p95 else 0.0
         out(
-            f"speculation: {s_['tokens_per_second']:.1f} tok/s vs greedy "
-            f"{g['tokens_per_second']:.1f} tok/s = {ratio:.2f}x"
+            f"contention: keystroke p95 {quiet_p95:.1f} ms quiet vs {loaded_p95:.1f} ms with "
+            f"{loops} = {contention_ratio:.2f}x (target <= 2x with 2)"
         )
+    exact_counts: dict[str, Any] | None = None
+    if checked is not None:
+        exact, constrained = checked
+        total_checked = exact.exact + exact.near_tie + exact.off
+        out(
+            f"teacher-forced: {total_checked} tokens checked, {exact.off} off "
+            f"({exact.near_tie} near-ties within 1.0 logit, worst gap {exact.worst_gap:.3f}; "
+            f"{constrained} constrained by token healing not checked)"
+        )
+        exact_counts = {**vars(exact), "constrained": constrained}
     return {
         "suite": "editor",
         "files": files,
@@ -521,5 +792,7 @@ def run_editor_benchmark(
         "points": len(points),
         "keystrokes": total,
         "configs": summaries,
-        "prefix_reuse_speedup": round(speedup, 2),
+        "speculation_ratio": round(ratio, 2),
+        "contention_ratio": round(contention_ratio, 2),
+        "exactness": exact_counts,
     }

@@ -317,7 +317,7 @@ async def _run(
 ) -> dict[str, dict[str, Scores]]:
     servers = []
     for name, options in CONFIGS:
-        server = _InfillServer(name, {**OPTIONS, **options}, model, threads, None, timeout_s)
+        server = _InfillServer(name, {**OPTIONS, **options}, model, threads, timeout_s)
         servers.append(server)
     scores: dict[str, dict[str, Scores]] = {
         s.name: {"humaneval": Scores(), "files": Scores()} for s in servers

@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="humaneval (default), mixed, editor, infill, or jsonl:PATH",
     )
     add_model_arguments(p)
-    p.add_argument("--limit", type=int, help="first N prompts only")
+    p.add_argument("--limit", type=int, help="first N prompts only (editor: N cursor points)")
     p.add_argument(
         "--before-chars",
         type=int,
@@ -95,7 +95,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="measure the verification cost table again before running",
     )
-    p.add_argument("--files", help="editor suite: glob of source files to type through")
+    p.add_argument(
+        "--files",
+        help="editor suite: glob of source files to type through (default: real files of "
+        "several languages found on the machine, none of this project's)",
+    )
+    p.add_argument(
+        "--contention",
+        type=int,
+        default=0,
+        metavar="N",
+        help="editor suite: replay structspec again with N busy-loop processes running",
+    )
     p.add_argument("--json-out", help="write per-prompt, per-mode tokens and stats as JSON")
     p.add_argument("--trace-csv", help="write one row per verification pass")
     p.add_argument("--markdown-out", help="write the report as Markdown (docs/BENCHMARKS.md)")
@@ -619,12 +630,22 @@ def _run_editor(args: argparse.Namespace) -> int:
     files = sorted(glob.glob(args.files, recursive=True)) if args.files else []
     if args.files and not files:
         raise UserError(f"no files match {args.files!r}")
+    if args.contention < 0 or (args.limit is not None and args.limit < 1):
+        raise UserError("--contention must be 0 or more and --limit positive")
     settings = settings_from_args(args).settings
     return _run_printed(
         args,
         "editor",
         "editor replay",
-        lambda out: run_editor_benchmark(files, settings.model, settings.threads, out=out),
+        lambda out: run_editor_benchmark(
+            files,
+            settings.model,
+            settings.threads,
+            out=out,
+            limit=args.limit,
+            contention=args.contention,
+            exactness=not args.no_exactness,
+        ),
     )
 
 
