@@ -9,7 +9,9 @@ repository. At several cursor points of each file the line there is cleared
 back to its indentation, and at each point:
 
 1. *after accept*: a suggestion is asked for at the cleared line; when one
-   comes back it is accepted as VS Code does (a ``didChange`` inserting the
+   comes back, after ``READ_S`` seconds (the user reads it; the server's
+   pre-generation works meanwhile) it is accepted as VS Code does (a
+   ``didChange`` inserting the
    item's ``insertText`` over its ``range``, then the item's command), and a
    suggestion is asked for at once at the new cursor; then Enter is typed with
    an editor's auto-indent (the line's indentation, one unit deeper after a
@@ -66,6 +68,10 @@ if TYPE_CHECKING:
     from structspec.model.base import Model
 
 Out = Callable[[str], None]
+
+#: Seconds between a suggestion appearing and its acceptance (reading it and
+#: pressing Tab; a quick reader).
+READ_S = 0.6
 
 CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("structspec", {}),
@@ -561,6 +567,7 @@ class _Replay:
             result.no_suggestion_points += 1
             return
         item = items[0]
+        await asyncio.sleep(READ_S)
         t0 = time.perf_counter()
         self.text, change, cursor = accept_edit(self.text, item, cursor)
         self._change(point.uri, change)
