@@ -297,7 +297,7 @@ class OraclePlanner(DraftPlanner):
             rate = (accepted + 1) / self.cost.t(rows)
             if rate > best_rate:
                 best_rate = rate
-                best = Plan(Draft(tokens[: rows - 1], draft.source, draft.tier), rate)
+                best = Plan(draft.head(rows - 1), rate)
         return best
 
     def observe(self, plan: Plan, accepted: int, margin: float) -> None:
