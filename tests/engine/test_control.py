@@ -221,3 +221,16 @@ def test_agreement_gate_trusts_sources_that_agree() -> None:
         gate.observe("rules", "disagree", False)
     assert gate.scale("rules", "disagree") < 0.5 < 1.0 < gate.scale("rules", "agree")
     assert gate.scale("lookup", "agree") == 1.0  # per source
+
+
+def test_token_class_gate_survives_long_decay() -> None:
+    from structspec.engine.control import TokenClassGate
+
+    model = StandInModel()
+    word, digit = model.tokenize("alpha", add_bos=False)[0], model.tokenize("7", add_bos=False)[0]
+    gate = TokenClassGate(weight=2.0, decay=0.5)  # counts rescale every few hundred tokens
+    for _ in range(1000):
+        gate.observe(model, Draft((word, word, word), "s"), 3)
+        gate.observe(model, Draft((word, digit, word), "s"), 1)
+    _, on_digit, _ = gate.scales(model, Draft((word, digit, word), "s"))
+    assert 0.0 < on_digit < 0.9

@@ -287,8 +287,13 @@ class TokenClassGate:
     def __init__(self, *, weight: float = 20.0, decay: float = 0.999) -> None:
         self.weight = weight
         self.decay = decay
-        #: class -> [trials, hits], decayed; ``first:`` classes are a draft's first token.
+        #: class -> [trials, hits] in units of ``_unit``: decaying every count
+        #: is multiplying ``_unit`` by ``decay`` (the gate observes a few
+        #: dozen tokens per pass). ``first:`` classes are a draft's first token.
         self._counts: dict[str, list[float]] = {}
+        #: The same summed over first tokens (index 1) and later ones (index 0).
+        self._totals = ([0.0, 0.0], [0.0, 0.0])
+        self._unit = 1.0
         self._kind: dict[int, str] = {}
 
     def token_kind(self, model: Model, token: int) -> str:
@@ -320,11 +325,7 @@ class TokenClassGate:
         return out
 
     def _overall(self, first: bool) -> tuple[float, float]:
-        trials = hits = 0.0
-        for cls, (t, h) in self._counts.items():
-            if cls.startswith("first:") == first:
-                trials += t
-                hits += h
+        trials, hits = (v * self._unit for v in self._totals[first])
         return trials, (hits + 0.5) / (trials + 1.0)
 
     def scales(self, model: Model, draft: Draft) -> list[float]:
@@ -337,6 +338,7 @@ class TokenClassGate:
         for i, cls in enumerate(self.classes(model, draft)):
             overall = first if i == 0 else later
             trials, hits = self._counts.get(cls, (0.0, 0.0))
+            trials, hits = trials * self._unit, hits * self._unit
             rate = (hits + overall * self.weight) / (trials + self.weight)
             out.append(min(1.0 / overall, rate / overall))
         return out
@@ -345,12 +347,16 @@ class TokenClassGate:
         """Tokens before ``accepted`` held, the one at ``accepted`` did not."""
         classes = self.classes(model, draft)
         for j in range(min(accepted + 1, len(classes))):
-            for counts in self._counts.values():
-                counts[0] *= self.decay
-                counts[1] *= self.decay
-            counts = self._counts.setdefault(classes[j], [0.0, 0.0])
-            counts[0] += 1.0
-            counts[1] += 1.0 if j < accepted else 0.0
+            self._unit *= self.decay
+            if self._unit < 1e-100:  # rescale before the counts overflow
+                for counts in (*self._counts.values(), *self._totals):
+                    counts[0] *= self._unit
+                    counts[1] *= self._unit
+                self._unit = 1.0
+            hit = 1.0 / self._unit if j < accepted else 0.0
+            for counts in (self._counts.setdefault(classes[j], [0.0, 0.0]), self._totals[j == 0]):
+                counts[0] += 1.0 / self._unit
+                counts[1] += hit
 
 
 def _situation(draft: Draft, drafts: Sequence[Draft]) -> str:
@@ -445,8 +451,8 @@ class DraftPlanner:
         #: greedy, by the cost table: sum of (accepted + 1) * t(1) - t(rows).
         self.balance_ms = 0.0
         #: Proposals of this generation not scored yet: (length of the text
-        #: when proposed, statistics key, tokens, agreement situation), and the
-        #: text they continue.
+        #: when proposed, the draft, agreement situation), and the text they
+        #: continue.
         self._shadow: list[tuple[int, Draft, str]] = []
         self._ctx: DraftContext | None = None
         self._generation = -1
