@@ -255,21 +255,26 @@ class PassLoss:
         self.loss_ms += loss_ms
 
 
+def best_cut(cost: CostModel, tokens: Sequence[int], future: Sequence[int]) -> tuple[int, float]:
+    """The rows worth sending of draft ``tokens`` when ``future`` follows, and their tokens per ms.
+
+    The accepted tokens, padded to the cheapest row count the draft fills;
+    ``(0, 0.0)`` when its first token is wrong.
+    """
+    accepted = 0
+    while (
+        accepted < len(tokens) and accepted < len(future) and tokens[accepted] == future[accepted]
+    ):
+        accepted += 1
+    if not accepted:
+        return 0, 0.0
+    rows = min(cost.padded_rows(accepted + 1), len(tokens) + 1)
+    return rows, (accepted + 1) / cost.t(rows)
+
+
 def best_rate(cost: CostModel, drafts: Iterable[Sequence[int]], future: Sequence[int]) -> float:
     """Tokens per millisecond of the best choice among ``drafts`` (or none) given ``future``."""
-    best = 1.0 / cost.t(1)
-    for tokens in drafts:
-        accepted = 0
-        while (
-            accepted < len(tokens)
-            and accepted < len(future)
-            and tokens[accepted] == future[accepted]
-        ):
-            accepted += 1
-        if accepted:
-            rows = min(cost.padded_rows(accepted + 1), len(tokens) + 1)
-            best = max(best, (accepted + 1) / cost.t(rows))
-    return best
+    return max([1.0 / cost.t(1), *(best_cut(cost, tokens, future)[1] for tokens in drafts)])
 
 
 @dataclass
@@ -337,19 +342,8 @@ class OraclePlanner(DraftPlanner):
         best: Plan | None = None
         best_rate = 1.0 / self.cost.t(1)
         for draft in self.proposals(ctx, sources, limit):
-            tokens = draft.tokens
-            accepted = 0
-            while (
-                accepted < len(tokens)
-                and accepted < len(future)
-                and tokens[accepted] == future[accepted]
-            ):
-                accepted += 1
-            if accepted == 0:
-                continue
-            rows = min(self.cost.padded_rows(accepted + 1), len(tokens) + 1)
-            rate = (accepted + 1) / self.cost.t(rows)
-            if rate > best_rate:
+            rows, rate = best_cut(self.cost, draft.tokens, future)
+            if rows and rate > best_rate:
                 best_rate = rate
                 best = Plan(draft.head(rows - 1), rate)
         return best
