@@ -121,3 +121,30 @@ def test_the_replay_markdown_names_the_command_and_each_control() -> None:
     )
     assert "`structspec benchmark --replay r.json --oracle`" in text
     assert f"{results['oracle'].speedup:.3f}x" in text and results["planner"].digest in text
+
+
+def test_the_breakdown_accounts_for_every_pass_and_the_oracle_loses_nothing() -> None:
+    from structspec.bench.replay import PASS_KINDS
+
+    rec = _recording()
+    vocab = StandInModel()
+    planner = replay(rec, vocab, _engine_factory)
+    assert set(planner.losses) <= set(PASS_KINDS)
+    assert sum(kind.passes for kind in planner.losses.values()) == planner.passes
+    sent = [kind for name, kind in planner.losses.items() if name != "plain"]
+    assert sum(k.drafted for k in sent) == planner.drafted
+    assert sum(k.passes for k in planner.by_length.values()) == sum(k.passes for k in sent)
+    assert all(k.loss_ms >= 0.0 for k in planner.losses.values())
+    oracle = replay(rec, vocab, _engine_factory, oracle=True)
+    assert oracle.passes > 0 and sum(k.loss_ms for k in oracle.losses.values()) == 0.0
+
+
+def test_best_rate_is_the_best_cut_of_any_proposal() -> None:
+    from structspec.bench.replay import best_rate
+
+    cost = CostModel((1.0, 2.0, 2.5, 2.5))
+    assert best_rate(cost, [], (5, 6)) == 1.0  # nothing offered: a plain step
+    assert best_rate(cost, [(9, 9)], (5, 6)) == 1.0  # nothing accepted
+    # two tokens accepted: 3 tokens in a pass of 3 rows, padded to 4 only if the draft fills it
+    assert best_rate(cost, [(5, 6)], (5, 6, 7)) == pytest.approx(3 / 2.5)
+    assert best_rate(cost, [(5, 9), (5, 6, 7)], (5, 6, 7)) == pytest.approx(4 / 2.5)

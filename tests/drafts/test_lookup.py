@@ -82,3 +82,24 @@ def test_match_in_the_output_is_marked():
 def test_two_token_match_with_another_continuation_is_a_conflict():
     d = LookupSource().propose(ctx([5, 1, 2, 3, 6, 1, 2, 4, 7, 1, 2]))
     assert d is not None and d.tokens[0] == 4 and d.tier == "m2x"
+
+
+def test_an_occurrence_that_continues_differently_later_marks_the_fork():
+    # 1..6 was followed by 7 8 9 once and by 7 8 5 later: the most recent (and
+    # longest) match drafts 7 8 5, and the other says the copy may break at 5
+    head = [1, 2, 3, 4, 5, 6]
+    d = LookupSource().propose(ctx([*head, 7, 8, 9, 0, *head, 7, 8, 5, 0, *head]))
+    assert d is not None and d.tokens[:3] == (7, 8, 5) and d.tier == "m6" and d.fork == 2
+
+
+def test_a_short_witness_does_not_mark_a_fork():
+    # only 3 tokens of the other occurrence match: too weak a witness past the first token
+    head = [0, 1, 2, 3, 4, 5, 6]
+    d = LookupSource().propose(ctx([9, 4, 5, 6, 7, 8, 1, *head, 7, 2, *head]))
+    assert d is not None and d.tokens[:2] == (7, 2) and d.fork is None
+
+
+def test_occurrences_that_agree_mark_no_fork():
+    head = [1, 2, 3, 4, 5, 6]
+    d = LookupSource().propose(ctx([*head, 7, 8, 9, 0, *head, 7, 8, 9, 0, *head]))
+    assert d is not None and d.fork is None and d.tier == "m16"

@@ -184,12 +184,31 @@ def test_token_class_gate_learns_where_copies_break() -> None:
     model = StandInModel()
     word, digit = model.tokenize("alpha", add_bos=False)[0], model.tokenize("7", add_bos=False)[0]
     gate = TokenClassGate(weight=2.0)
-    assert gate.scales(model, [word, digit, word]) == [1.0, 1.0, 1.0]  # nothing learnt yet
+    broken = Draft((word, digit, word), "s")
+    assert gate.scales(model, broken) == [1.0, 1.0, 1.0]  # nothing learnt yet
     for _ in range(50):
-        gate.observe(model, [word, word, word], 3)  # words past the first: accepted
-        gate.observe(model, [word, digit, word], 1)  # the number broke the copy
-    first, on_digit, on_word = gate.scales(model, [word, digit, word])
-    assert first == 1.0 and on_digit < 0.5 < 1.0 < on_word
+        gate.observe(model, Draft((word, word, word), "s"), 3)  # words after words: accepted
+        gate.observe(model, broken, 1)  # the number after a word broke the copy
+    first, on_digit, after_digit = gate.scales(model, broken)
+    assert first == pytest.approx(1.0, abs=0.05)  # first tokens: always accepted here
+    assert on_digit < 0.5 and after_digit == 1.0  # a pair never seen: no evidence
+    assert gate.scales(model, Draft((word, word, word), "s"))[1] > 1.0
+
+
+def test_token_class_gate_learns_that_a_fork_breaks_copies() -> None:
+    from structspec.engine.control import TokenClassGate
+
+    model = StandInModel()
+    word = model.tokenize("alpha", add_bos=False)[0]
+    gate = TokenClassGate(weight=2.0)
+    forked = Draft((word,) * 4, "s", fork=2)
+    assert gate.classes(model, forked) == ["first:word", "agreed", "fork", "word>word"]
+    for _ in range(50):
+        gate.observe(model, Draft((word,) * 4, "s"), 4)  # plain copies hold
+        gate.observe(model, forked, 2)  # the copy broke at the fork
+    _, before, at_fork, _ = gate.scales(model, forked)
+    assert at_fork < 0.5 < 1.0 < before
+    assert gate.classes(model, forked.head(2)) == ["first:word", "word>word"]  # cut before it
 
 
 def test_agreement_gate_trusts_sources_that_agree() -> None:
@@ -202,3 +221,16 @@ def test_agreement_gate_trusts_sources_that_agree() -> None:
         gate.observe("rules", "disagree", False)
     assert gate.scale("rules", "disagree") < 0.5 < 1.0 < gate.scale("rules", "agree")
     assert gate.scale("lookup", "agree") == 1.0  # per source
+
+
+def test_token_class_gate_survives_long_decay() -> None:
+    from structspec.engine.control import TokenClassGate
+
+    model = StandInModel()
+    word, digit = model.tokenize("alpha", add_bos=False)[0], model.tokenize("7", add_bos=False)[0]
+    gate = TokenClassGate(weight=2.0, decay=0.5)  # counts rescale every few hundred tokens
+    for _ in range(1000):
+        gate.observe(model, Draft((word, word, word), "s"), 3)
+        gate.observe(model, Draft((word, digit, word), "s"), 1)
+    _, on_digit, _ = gate.scales(model, Draft((word, digit, word), "s"))
+    assert 0.0 < on_digit < 0.9

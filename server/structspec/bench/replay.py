@@ -40,6 +40,7 @@ import numpy as np
 from structspec.drafts.base import Draft, DraftContext, DraftSource
 from structspec.engine.control import CostModel, DraftPlanner, Plan
 from structspec.engine.decode import Engine, GenerationOptions
+from structspec.engine.stats import PassTrace
 from structspec.model.base import FimTokens, Model, Rows, TokenCheck
 
 #: Bump when the recording's layout changes.
@@ -222,6 +223,60 @@ class ReplayModel:
         return []
 
 
+#: Kinds of pass in the loss breakdown: no draft sent; the draft's first token
+#: rejected; a draft longer than its accepted part needed (rows that a shorter
+#: draft would not have paid for); a draft whose rows all paid.
+PASS_KINDS = ("plain", "rejected", "overlong", "fitted")
+
+#: Sent draft lengths grouped in the breakdown (upper bounds).
+LENGTH_BUCKETS = (1, 3, 7, 15)
+
+
+@dataclass
+class PassLoss:
+    """Passes of one kind, their accepted and drafted tokens, and the time they lost.
+
+    The loss of a pass is its predicted time minus the time the best proposal
+    of that pass would have needed for the same tokens: the oracle's rate
+    (``OraclePlanner``: a source's draft cut to what the model accepts) at the
+    same position, so it says where a control loses, pass by pass, without
+    replaying the oracle's different path.
+    """
+
+    passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    loss_ms: float = 0.0
+
+    def add(self, drafted: int, accepted: int, loss_ms: float) -> None:
+        self.passes += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.loss_ms += loss_ms
+
+
+def best_cut(cost: CostModel, tokens: Sequence[int], future: Sequence[int]) -> tuple[int, float]:
+    """The rows worth sending of draft ``tokens`` when ``future`` follows, and their tokens per ms.
+
+    The accepted tokens, padded to the cheapest row count the draft fills;
+    ``(0, 0.0)`` when its first token is wrong.
+    """
+    accepted = 0
+    while (
+        accepted < len(tokens) and accepted < len(future) and tokens[accepted] == future[accepted]
+    ):
+        accepted += 1
+    if not accepted:
+        return 0, 0.0
+    rows = min(cost.padded_rows(accepted + 1), len(tokens) + 1)
+    return rows, (accepted + 1) / cost.t(rows)
+
+
+def best_rate(cost: CostModel, drafts: Iterable[Sequence[int]], future: Sequence[int]) -> float:
+    """Tokens per millisecond of the best choice among ``drafts`` (or none) given ``future``."""
+    return max([1.0 / cost.t(1), *(best_cut(cost, tokens, future)[1] for tokens in drafts)])
+
+
 @dataclass
 class ReplayResult:
     """What a replay predicts, and the hash of every pass it made."""
@@ -242,6 +297,10 @@ class ReplayResult:
     mismatches: list[str] = field(default_factory=list)
     #: Predicted speed-up of each prompt, by id.
     per_prompt: dict[str, float] = field(default_factory=dict)
+    #: Where the control lost time against the best proposal of each pass
+    #: (``PassLoss``), by kind of pass and by sent draft length.
+    losses: dict[str, PassLoss] = field(default_factory=dict)
+    by_length: dict[str, PassLoss] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
@@ -283,21 +342,10 @@ class OraclePlanner(DraftPlanner):
         best: Plan | None = None
         best_rate = 1.0 / self.cost.t(1)
         for draft in self.proposals(ctx, sources, limit):
-            tokens = draft.tokens
-            accepted = 0
-            while (
-                accepted < len(tokens)
-                and accepted < len(future)
-                and tokens[accepted] == future[accepted]
-            ):
-                accepted += 1
-            if accepted == 0:
-                continue
-            rows = min(self.cost.padded_rows(accepted + 1), len(tokens) + 1)
-            rate = (accepted + 1) / self.cost.t(rows)
-            if rate > best_rate:
+            rows, rate = best_cut(self.cost, draft.tokens, future)
+            if rows and rate > best_rate:
                 best_rate = rate
-                best = Plan(Draft(tokens[: rows - 1], draft.source, draft.tier), rate)
+                best = Plan(draft.head(rows - 1), rate)
         return best
 
     def observe(self, plan: Plan, accepted: int, margin: float) -> None:
@@ -327,11 +375,14 @@ def replay(
     if oracle:
         engine.planner = OraclePlanner(cost, model.truth)
     proposals = hashlib.sha256()
-    engine.sources = [_Logged(s, proposals) for s in engine.sources]
+    #: Each pass's proposals, by the length of the text they continue.
+    offered: dict[int, list[tuple[int, ...]]] = {}
+    engine.sources = [_Logged(s, proposals, offered) for s in engine.sources]
     h = hashlib.sha256()
     result = ReplayResult(digest="")
     for rec in recording.prompts if prompts is None else prompts:
         model.expect(rec)
+        offered.clear()
         drafts: list[tuple[int, ...]] = []
         verify = model.verify
 
@@ -359,7 +410,16 @@ def replay(
         result.prompts += 1
         result.tokens += len(out.tokens)
         prompt_ms = 0.0
+        position = len(gen.prompt)
         for trace, draft in zip(out.stats.trace, drafts, strict=True):
+            _account(
+                result,
+                cost,
+                trace,
+                offered.get(position, ()),
+                rec.output[position - len(gen.prompt) :],
+            )
+            position += trace.accepted + 1
             h.update(
                 f"{rec.id}\t{trace.index}\t{trace.source}\t"
                 f"{','.join(map(str, draft))}\t{trace.accepted}\n".encode()
@@ -382,19 +442,52 @@ def replay(
     return result
 
 
-class _Logged:
-    """A draft source whose every proposal (kept or not) goes into a hash."""
+def _account(
+    result: ReplayResult,
+    cost: CostModel,
+    trace: PassTrace,
+    offered: Sequence[tuple[int, ...]],
+    future: Sequence[int],
+) -> None:
+    """Add one pass to the loss breakdown (``PassLoss``)."""
+    ms = cost.t(trace.drafted + 1)
+    # Never negative but for rounding: the best proposal includes the one sent.
+    loss = max(0.0, ms - (trace.accepted + 1) / best_rate(cost, offered, future))
+    needed = cost.t(min(cost.padded_rows(trace.accepted + 1), trace.drafted + 1))
+    if not trace.drafted:
+        kind = "plain"
+    elif not trace.accepted:
+        kind = "rejected"
+    elif ms > needed:
+        kind = "overlong"
+    else:
+        kind = "fitted"
+    result.losses.setdefault(kind, PassLoss()).add(trace.drafted, trace.accepted, loss)
+    if trace.drafted:
+        bound = next(b for b in LENGTH_BUCKETS if trace.drafted <= b)
+        low = max((b for b in LENGTH_BUCKETS if b < bound), default=0) + 1
+        label = str(bound) if low == bound else f"{low}-{bound}"
+        result.by_length.setdefault(label, PassLoss()).add(trace.drafted, trace.accepted, loss)
 
-    def __init__(self, source: DraftSource, digest: Any) -> None:
+
+class _Logged:
+    """A draft source whose every proposal (kept or not) goes into a hash and ``offered``."""
+
+    def __init__(
+        self, source: DraftSource, digest: Any, offered: dict[int, list[tuple[int, ...]]]
+    ) -> None:
         self.source = source
         self.name = source.name
         self.priors = getattr(source, "priors", {})
         self._digest = digest
+        self._offered = offered
 
     def propose(self, ctx: DraftContext) -> Draft | None:
         draft = self.source.propose(ctx)
         text = "-" if draft is None else f"{draft.key}:{','.join(map(str, draft.tokens))}"
         self._digest.update(f"{len(ctx.tokens)}\t{self.name}\t{ctx.max_tokens}\t{text}\n".encode())
+        if draft is not None and draft.tokens:
+            self._offered.setdefault(len(ctx.tokens), []).append(draft.tokens[: ctx.max_tokens])
         return draft
 
     def observe(self, draft: Draft, accepted: int) -> None:
@@ -452,6 +545,13 @@ def report(result: ReplayResult, recording: Recording) -> str:
     ]
     for key, (drafted, accepted) in sorted(result.by_source.items()):
         lines.append(f"  {key}: drafted {drafted}, accepted {accepted}")
+    lines.append("time lost against the best proposal of each pass, by kind of pass:")
+    for kind in PASS_KINDS:
+        if kind in result.losses:
+            lines.append(_loss_line(kind, result.losses[kind]))
+    lines.append("  by sent draft length:")
+    for label, loss in sorted(result.by_length.items(), key=lambda kv: int(kv[0].split("-")[0])):
+        lines.append("  " + _loss_line(label, loss))
     if result.mismatches:
         lines.append(
             f"OUTPUT DIFFERS from the recording on {len(result.mismatches)} prompt(s): "
@@ -460,6 +560,11 @@ def report(result: ReplayResult, recording: Recording) -> str:
     lines.append(f"proposals sha256: {result.proposals_digest}")
     lines.append(f"passes sha256: {result.digest}")
     return "\n".join(lines)
+
+
+def _loss_line(label: str, loss: PassLoss) -> str:
+    accepted = f", accepted {loss.accepted}/{loss.drafted}" if loss.drafted else ""
+    return f"  {label}: {loss.passes} passes{accepted}, lost {loss.loss_ms:.0f} ms"
 
 
 def replay_markdown(
@@ -494,4 +599,19 @@ def replay_markdown(
         lines.append("| " + " | ".join(cells) + " |")
         if "planner" in results:
             digests.append(f"- `{path}` planner passes sha256 `{results['planner'].digest}`")
-    return "\n".join([*lines, "", *digests]) + "\n"
+    losses = [
+        "Time the planner lost against the best proposal of each pass "
+        "(passes, predicted ms; `structspec benchmark --replay` prints it per draft length too):",
+        "",
+        "| recording | " + " | ".join(PASS_KINDS) + " |",
+        "| " + " | ".join("---" for _ in range(len(PASS_KINDS) + 1)) + " |",
+    ]
+    for path, _, results in rows:
+        if "planner" in results:
+            by_kind = results["planner"].losses
+            cells = [
+                f"{by_kind[k].passes}, {by_kind[k].loss_ms:.0f}" if k in by_kind else "0, 0"
+                for k in PASS_KINDS
+            ]
+            losses.append(f"| `{path}` | " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", *digests, "", *losses]) + "\n"

@@ -39,16 +39,26 @@ class Draft:
     ``tier`` refines the acceptance statistics the planner keeps for the
     source (for example the match length of a lookup, or a rule's confidence
     tier), so that it can learn how far to trust each kind of guess.
+    ``fork``, when set, is the index of a token past the first that the
+    source itself doubts: the lookup's other matches agree with the draft up
+    to it and continue differently there (the planner learns how often such
+    a token holds).
     """
 
     tokens: tuple[int, ...]
     source: str
     tier: str = ""
+    fork: int | None = None
 
     @property
     def key(self) -> str:
         """The statistics key: ``source`` or ``source:tier``."""
         return f"{self.source}:{self.tier}" if self.tier else self.source
+
+    def head(self, n: int) -> Draft:
+        """The draft of its first ``n`` tokens (the fork kept if they reach it)."""
+        fork = self.fork if self.fork is not None and self.fork < n else None
+        return Draft(self.tokens[:n], self.source, self.tier, fork)
 
 
 @dataclass(frozen=True)
