@@ -4,10 +4,9 @@ llama.cpp's CPU threads meet at a barrier after every operation of a graph, and
 wait there spinning. When another process takes a core, the thread that lost
 it holds every other thread at the next barrier until the scheduler gives it
 back, so a pass on ``n`` threads becomes several times slower than the same
-pass on fewer threads (``docs/MEASUREMENTS.md``, "Threads under contention":
-a 4-row pass with two busy loops running took 4.7x longer on two threads than
-on one on a 2-core machine, and its p95 was 15x longer). An editor shares its
-machine with builds and browsers, so the thread count follows the machine:
+pass on fewer threads (measured in ``docs/MEASUREMENTS.md``, "Threads under
+contention"). An editor shares its machine with builds and browsers, so the
+thread count follows the machine:
 
 - **Contention seen.** After each decode the governor compares the process'
   CPU time with the wall time the decode took on ``n`` threads: the share of
