@@ -183,6 +183,13 @@ def test_busy_loops_are_killed():
     assert procs[0].poll() is not None
 
 
+@pytest.fixture(autouse=True)
+def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's reading and moving-on pauses cost test time and prove nothing here."""
+    monkeypatch.setattr(editor, "READ_S", 0.0)
+    monkeypatch.setattr(editor, "SETTLE_S", 0.0)
+
+
 def test_editor_benchmark_smoke(tmp_path: Path):
     src = tmp_path / "m.py"
     src.write_text(SOURCE)

@@ -30,7 +30,9 @@ request is not timed. The first request of a run (a cold prefill of the whole
 prompt) is reported separately.
 
 The configurations run as servers side by side, typing in turn at each cursor
-point, so a busy phase of a shared machine hits all of them alike:
+point (each left alone for ``SETTLE_S`` after its turn, so that its
+background work does not slow the next server's), so a busy phase of a shared
+machine hits all of them alike:
 ``structspec`` (the defaults) and ``greedy`` (``speculative: false``).
 ``contention`` replays ``structspec`` once more, on a fresh server, while
 busy-loop processes compete for the CPU.
@@ -72,6 +74,9 @@ Out = Callable[[str], None]
 #: Seconds between a suggestion appearing and its acceptance (reading it and
 #: pressing Tab; a quick reader).
 READ_S = 0.6
+#: Seconds a server is left alone after its turn at a point (longer than its
+#: pre-generation of at most ``maxTokens`` tokens on this class of machine).
+SETTLE_S = 3.0
 
 CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("structspec", {}),
@@ -601,6 +606,10 @@ class _Replay:
     async def run_point(self, point: Point) -> None:
         await self.accept_at(point)
         await self.type_point(point)
+        # The user moves on; the server's background work (pre-generation after
+        # the last answer) ends before the next server types, so one server's
+        # idle work never slows another's turn.
+        await asyncio.sleep(SETTLE_S)
 
 
 async def start_server(server: _Replay, out: Out) -> None:
