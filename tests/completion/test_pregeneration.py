@@ -157,18 +157,17 @@ def test_a_character_split_between_tokens_waits_for_its_last_byte() -> None:
 
 
 def test_what_a_continuation_answers_at_a_cursor() -> None:
-    from structspec.completion.service import _continuation_answer
-    from structspec.completion.suggest import CursorContext
+    from structspec.completion.suggest import CursorContext, continuation_answer
 
     mid = CursorContext.at("x = foo", 7)  # inside a line: one line
-    assert _continuation_answer("(1)\ny = 2\n", False, mid) == (True, "(1)")
-    assert not _continuation_answer("(1, ", False, mid)[0]  # line not complete yet
-    assert _continuation_answer("(1)", True, mid) == (True, "(1)")  # the model ended there
+    assert continuation_answer("(1)\ny = 2\n", False, mid) == (True, "(1)")
+    assert not continuation_answer("(1, ", False, mid)[0]  # line not complete yet
+    assert continuation_answer("(1)", True, mid) == (True, "(1)")  # the model ended there
     end = CursorContext.at("x = foo(1)", 10)  # end of a line: the next lines, as a block
-    assert _continuation_answer("\ny = 2\nz = 3\nw", False, end) == (True, "\ny = 2\nz = 3")
-    assert _continuation_answer("\ny = ", False, end) == (False, None)
+    assert continuation_answer("\ny = 2\nz = 3\nw", False, end) == (True, "\ny = 2\nz = 3")
+    assert continuation_answer("\ny = ", False, end) == (False, None)
     blank = CursorContext.at("x = 1\n", 6)  # a blank line that opens nothing: one line
-    assert _continuation_answer("y = 2\n", False, blank) == (True, "y = 2")
+    assert continuation_answer("y = 2\n", False, blank) == (True, "y = 2")
 
 
 def test_a_request_right_after_an_edit_keeps_what_pre_generation_wrote() -> None:

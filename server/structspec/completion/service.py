@@ -92,7 +92,7 @@ from structspec.completion.prewarm import (
 )
 from structspec.completion.prompt import prompt_room
 from structspec.completion.stats import AcceptanceStats
-from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean
+from structspec.completion.suggest import CursorContext, continuation_answer
 from structspec.completion.types import (
     BUSY,
     ERROR,
@@ -126,27 +126,6 @@ def draft_language(uri: str, language_id: str, text: str) -> str:
     """
     lang, _ = detect_language(language_id, uri_path(uri), text)
     return lang.language_ids[0] if lang is not None and lang.language_ids else language_id
-
-
-def _continuation_answer(follow: str, ended: bool, ctx: CursorContext) -> tuple[bool, str | None]:
-    """The suggestion at ``ctx`` from the model's pre-generated output ``follow``.
-
-    Returns ``(ready, text)``: ``ready`` is false while the lines the answer
-    needs are not complete yet (then the model is asked; ``ended``: the model
-    ended its output, so its last line is complete); ``text`` is ``None`` when
-    the model's answer is to show nothing (a single line that ends here).
-    Mode as for a request (``suggest``), except that at the end of a line the
-    continuation's next lines are offered as a block.
-    """
-    mode = ctx.mode
-    if mode == LINE and not ctx.line_suffix.strip() and follow.lstrip(" \t").startswith("\n"):
-        mode = BLOCK
-    if mode == LINE:
-        return ended or "\n" in follow, clean(follow, ctx, LINE)
-    complete = follow if ended else follow[: max(0, follow.rfind("\n"))]
-    if not complete.strip():
-        return ended, None  # nothing complete yet, or the model's answer is nothing
-    return True, clean(complete, ctx, BLOCK)
 
 
 class _Job:
@@ -228,9 +207,9 @@ class CompletionService:
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._background_timer: asyncio.Handle | None = None
         self._background_job: _Job | None = None
-        #: The pre-generation on the worker: its future, session and the entry it extends.
+        #: The pre-generation on the worker: its future, session and the tokens it extends.
         self._pregeneration: (
-            tuple[concurrent.futures.Future[Extension], _Session, PendingSuggestion] | None
+            tuple[concurrent.futures.Future[Extension], _Session, tuple[int, ...]] | None
         ) = None
         self._ids = itertools.count(1)
         self._busy = 0
@@ -467,7 +446,7 @@ class CompletionService:
         ready, shown = (
             (False, None)
             if follow is None or cont is None
-            else _continuation_answer(follow, cont.ended, ctx)
+            else continuation_answer(follow, cont.ended, ctx)
         )
         if rest is None and not ready:
             session.pending = None
@@ -634,13 +613,14 @@ class CompletionService:
         pending = session.pending
         if pending is None or pending.continuation is None:
             return
+        base = pending.continuation.tokens
         job = self._job(session, uri, doc.text, pending.anchor, self.settings, time.perf_counter())
         self._background_job = job
         with contextlib.suppress(RuntimeError):  # shut down
             future = self._executor.submit(self._pregenerate, job, pending)
-            self._pregeneration = (future, session, pending)
+            self._pregeneration = (future, session, base)
             future.add_done_callback(
-                lambda f: self._call_soon(self._pregenerated, session, pending, f)
+                lambda f: self._call_soon(self._pregenerated, session, base, f)
             )
 
     async def _settle_pregeneration(self) -> None:
@@ -652,26 +632,26 @@ class CompletionService:
         running, self._pregeneration = self._pregeneration, None
         if running is None:
             return
-        future, session, pending = running
+        future, session, base = running
         with contextlib.suppress(Exception):
             await asyncio.wrap_future(future)
-        self._pregenerated(session, pending, future)
+        self._pregenerated(session, base, future)
 
     def _pregenerated(
         self,
         session: _Session,
-        pending: PendingSuggestion,
+        base: tuple[int, ...],
         future: concurrent.futures.Future[Extension],
     ) -> None:
-        """Loop: add what pre-generation wrote to the document's pending suggestion (once)."""
+        """Loop: add what pre-generation wrote after ``base`` to the pending suggestion (once)."""
         if not future.done():
             return
         ext = None if future.cancelled() or future.exception() else future.result()
         now = session.pending
         if ext is None or not (ext.tokens or ext.ended) or now is None or now.continuation is None:
             return
-        if now.continuation.tokens is not pending.continuation.tokens:  # type: ignore[union-attr]
-            return  # a suggestion from another generation is on screen now
+        if now.continuation.tokens is not base:
+            return  # added already, or a suggestion from another generation is on screen
         self.stats.pregenerated_tokens += len(ext.tokens)
         extended = now.continuation.extended(ext)
         session.pending = now.with_continuation(extended)

@@ -21,6 +21,9 @@
     column, in the document's indentation character (tabs or spaces);
   - no trailing whitespace, and never only whitespace (then there is no
     suggestion at all).
+- **From pre-generated text** (``continuation_answer``): what the model wrote
+  past a suggestion answers a cursor further along it, with the same rules,
+  once the lines the answer needs are complete.
 """
 
 from __future__ import annotations
@@ -313,3 +316,24 @@ def clean(text: str, ctx: CursorContext, mode: str) -> str | None:
     if not text.strip() or _repeats_following(text, ctx):
         return None
     return text
+
+
+def continuation_answer(follow: str, ended: bool, ctx: CursorContext) -> tuple[bool, str | None]:
+    """The suggestion at ``ctx`` from the model's pre-generated output ``follow``.
+
+    Returns ``(ready, text)``: ``ready`` is false while the lines the answer
+    needs are not complete yet (then the model is asked; ``ended``: the model
+    ended its output, so its last line is complete); ``text`` is ``None`` when
+    the model's answer is to show nothing (a single line that ends here).
+    Mode as for a request, except that at the end of a line the continuation's
+    next lines are offered as a block.
+    """
+    mode = ctx.mode
+    if mode == LINE and not ctx.line_suffix.strip() and follow.lstrip(" \t").startswith("\n"):
+        mode = BLOCK
+    if mode == LINE:
+        return ended or "\n" in follow, clean(follow, ctx, LINE)
+    complete = follow if ended else follow[: max(0, follow.rfind("\n"))]
+    if not complete.strip():
+        return ended, None  # nothing complete yet, or the model's answer is nothing
+    return True, clean(complete, ctx, BLOCK)
