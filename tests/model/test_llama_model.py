@@ -10,7 +10,9 @@ import pytest
 from structspec.drafts.lookup import LookupSource
 from structspec.engine import CostModel, DraftPlanner, Engine, GenerationOptions
 from structspec.model.base import ModelError
+from structspec.model.extras import kv_slots
 from structspec.model.llama import LlamaModel, check_gguf_file, default_model_path
+from structspec.model.standin import StandInModel
 
 
 def test_missing_file(tmp_path):
@@ -89,6 +91,9 @@ def test_slots_keep_two_documents(model):
     model.prefill(b)
     assert model.prefill(a) == len(a)  # a's slot survived b
     assert model.prefill(b) == len(b)
+    # The slots are offered through the explicit protocol (pre-warm uses it).
+    assert kv_slots(model) is model and kv_slots(StandInModel()) is None
+    assert model.reusable_prefix(a[:-3] + [a[0]]) == len(a) - 3
 
 
 @pytest.mark.model

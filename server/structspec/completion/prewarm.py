@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from structspec.model.base import Model, common_prefix_len
+from structspec.model.extras import kv_slots
 
 #: Tokens evaluated between two checks of the stop condition.
 PREFILL_CHUNK = 128
@@ -35,9 +36,9 @@ _MAX_CHARS_PER_TOKEN = 8
 
 def reusable_prefix(model: Model, tokens: Sequence[int]) -> int:
     """Tokens of ``tokens`` some KV slot of ``model`` already holds."""
-    best = getattr(model, "reusable_prefix", None)
-    if callable(best):
-        return int(best(tokens))
+    slotted = kv_slots(model)
+    if slotted is not None:
+        return slotted.reusable_prefix(tokens)
     return common_prefix_len(model.cached_tokens, tokens)
 
 
@@ -54,13 +55,13 @@ def prefill_in_chunks(
     whose own prefill evaluates the rest in one go.
     """
     done = reusable_prefix(model, tokens)
-    part = getattr(model, "prefill_part", None)  # chooses the KV slot for the whole prompt
+    slotted = kv_slots(model)  # chooses the KV slot for the whole prompt
     while len(tokens) - done > leave:
         if stop():
             return False
         done = min(len(tokens), done + chunk)
-        if callable(part):
-            part(tokens, done)
+        if slotted is not None:
+            slotted.prefill_part(tokens, done)
         else:
             model.prefill(tokens[:done])
     return True

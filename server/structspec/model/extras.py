@@ -6,10 +6,16 @@ GGUF metadata and chat template (the chat endpoint), and a ``close`` that frees
 the native memory at once. ``gguf_extras(model)`` is the one way to ask: it
 returns the model typed as ``GGUFModel``, or ``None`` for a model without a
 file (the stand-in), instead of each caller probing attributes.
+
+A model with several KV slots (one per recent document) also says how much of
+a prompt some slot holds, and evaluates a prompt in chunks in the slot the
+whole prompt will use (``SlottedModel``, asked through ``kv_slots(model)``):
+pre-warm and the latency budget's chunked prefill need both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -32,6 +38,24 @@ class GGUFModel(Model, Protocol):
     def close(self) -> None:
         """Free the native model and context now (idempotent)."""
         ...
+
+
+@runtime_checkable
+class SlottedModel(Model, Protocol):
+    """A ``Model`` whose KV cache has several slots."""
+
+    def reusable_prefix(self, tokens: Sequence[int]) -> int:
+        """Tokens of ``tokens`` the best slot already holds (what ``prefill`` would reuse)."""
+        ...
+
+    def prefill_part(self, tokens: Sequence[int], n: int) -> int:
+        """``prefill(tokens[:n])`` in the slot ``prefill(tokens)`` would use."""
+        ...
+
+
+def kv_slots(model: Model) -> SlottedModel | None:
+    """``model`` as a ``SlottedModel`` when it is one, else ``None``."""
+    return model if isinstance(model, SlottedModel) else None
 
 
 def gguf_extras(model: Model) -> GGUFModel | None:
