@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from structspec.drafts.base import Draft, DraftContext
+from structspec.drafts.token_match import length_tier
 
 if TYPE_CHECKING:
     from structspec.drafts.registry import SourceOptions
@@ -96,13 +97,6 @@ class _BigramIndex:
             else:
                 bucket.append(p)
         self.indexed = len(seq)
-
-
-def _tier(match: int) -> str:
-    for t in _TIERS:
-        if match >= t:
-            return f"m{t}"
-    return "m1"
 
 
 class LookupSource:
@@ -202,7 +196,9 @@ class LookupSource:
                 if j < end:
                     fork = j
         in_output = best_seq is toks and best_pos >= ctx.n_prompt
-        tier = _tier(best_len) + ("x" if conflict else "") + ("o" if in_output else "")
+        tier = (
+            length_tier(best_len, _TIERS) + ("x" if conflict else "") + ("o" if in_output else "")
+        )
         forked = not conflict and fork < len(draft)
         return Draft(tuple(draft), self.name, tier, fork if forked else None)
 

@@ -21,9 +21,9 @@ from structspec.model.base import Model
 _BUCKETS = (8, 4, 2, 1)
 
 
-def length_tier(length: int) -> str:
-    """``m8``, ``m4``, ``m2`` or ``m1``: the bucket of a match length."""
-    for b in _BUCKETS:
+def length_tier(length: int, buckets: Sequence[int] = _BUCKETS) -> str:
+    """``m<b>`` for the largest of ``buckets`` (descending) at most ``length``; ``m0`` below all."""
+    for b in buckets:
         if length >= b:
             return f"m{b}"
     return "m0"
