@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from structspec.bench.harness import Exactness
+from structspec.bench.harness import Exactness, percentile
 from structspec.bench.mixed import EXTENSIONS, collect
 from structspec.completion.suggest import CursorContext
 from structspec.completion.trace import TRACE_ENV
@@ -334,23 +334,14 @@ class Answer(NamedTuple):
     shown: bool
 
 
-def _percentile(values: Sequence[float], pct: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * pct / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
 def split_answers(answers: Sequence[Answer]) -> dict[str, dict[str, float]]:
     """p50/p95 and counts over all answers, the model-computed ones and the cached ones."""
 
     def stats(ms: list[float]) -> dict[str, float]:
         return {
             "n": len(ms),
-            "p50_ms": round(_percentile(ms, 50), 1),
-            "p95_ms": round(_percentile(ms, 95), 1),
+            "p50_ms": round(percentile(ms, 50), 1),
+            "p95_ms": round(percentile(ms, 95), 1),
         }
 
     return {

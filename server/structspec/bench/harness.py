@@ -205,6 +205,16 @@ def teacher_forced_gaps(
     return [c.gap for c in model.teacher_forced(prompt_tokens, output)]
 
 
+def percentile(values: Sequence[float], pct: float) -> float:
+    """The ``pct``-th percentile of ``values``, interpolated between ranks (0 for none)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * pct / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
 def spread(values: Sequence[float]) -> dict[str, float]:
     """Median, min, max, p10 and p90 of ``values``."""
     if not values:

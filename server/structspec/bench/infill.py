@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from structspec.bench.editor import _percentile, _Replay, _utf16_len, start_server
+from structspec.bench.editor import _Replay, _utf16_len, start_server
+from structspec.bench.harness import percentile
 from structspec.bench.mixed import EXTENSIONS, collect
 from structspec.lsp.convert import CURSOR_NOTIFICATION
 
@@ -236,7 +237,7 @@ def _rate(values: Sequence[bool]) -> str:
 
 
 def _ms(values: Sequence[float]) -> str:
-    return f"{_percentile(values, 50):.0f}" if values else "-"
+    return f"{percentile(values, 50):.0f}" if values else "-"
 
 
 # -- the run ------------------------------------------------------------------------
@@ -368,9 +369,9 @@ def _table(scores: dict[str, dict[str, Scores]], part: str, out: Out) -> dict[st
             "first_word": [sum(v) for v in s.word],
             "first_word_4_at_3": [sum(s.long_word_at_typed), len(s.long_word_at_typed)],
             "edit_similarity": [round(x, 4) for x in sims],
-            "cold_p50_ms": round(_percentile(s.cold_ms, 50), 1),
-            "prewarmed_p50_ms": round(_percentile(s.prewarmed_ms, 50), 1),
-            "warm_p50_ms": round(_percentile(s.warm_ms, 50), 1),
+            "cold_p50_ms": round(percentile(s.cold_ms, 50), 1),
+            "prewarmed_p50_ms": round(percentile(s.prewarmed_ms, 50), 1),
+            "warm_p50_ms": round(percentile(s.warm_ms, 50), 1),
         }
     return summary
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from structspec.bench.harness import percentile
 from structspec.model.threads import IdleMeter, ThreadGovernor
 from structspec.runtime import open_model
 
@@ -37,11 +38,6 @@ class FixedThreads:
 
     def observe(self, threads: int, wall_s: float, cpu_s: float) -> None:
         pass
-
-
-def _percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round((len(ordered) - 1) * pct / 100.0)))]
 
 
 def measure(
@@ -96,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc.kill()
                 proc.wait()
         for name, values in times.items():
-            p50, p95 = statistics.median(values), _percentile(values, 95)
+            p50, p95 = statistics.median(values), percentile(values, 95)
             print(f"| {label} | {name} | {p50:.1f} | {p95:.1f} |")
     return 0
 
