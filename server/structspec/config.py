@@ -47,6 +47,7 @@ class Settings:
     model: str = ""  # GGUF path; empty: the embedded default model
     threads: int = field(default_factory=_default_threads)
     context_size: int = 4096
+    window_tokens: int = 1536  # most prompt tokens of the file before the cursor; 0: what fits
     max_tokens: int = 128
     max_latency_ms: int = 1500
     debounce_ms: int = 60  # the longest wait before asking the model (completion/debounce.py)
@@ -66,6 +67,7 @@ class Settings:
 _BOUNDS: dict[str, tuple[int, int]] = {
     "threads": (1, 256),
     "context_size": (256, 131072),
+    "window_tokens": (0, 131072),
     "max_tokens": (1, 8192),
     "max_latency_ms": (10, 600_000),
     "debounce_ms": (0, 10_000),

@@ -66,3 +66,28 @@ def test_infill_suite_runs_through_the_language_server(tmp_path):
     report = md.read_text()
     assert "command: `structspec benchmark" in report and "machine:" in report
     assert "humaneval (1 lines)" in report
+
+
+def test_window_comparison_runs_one_server_per_window():
+    p = subprocess.run(
+        [sys.executable, "-m", "structspec.bench.infill", "--model", "standin"]
+        + ["--windows", "0,64", "--limit", "1", "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    rows = [line.split()[:2] for line in p.stdout.splitlines() if line.startswith("window ")]
+    assert rows == [["window", "whole"], ["window", "64"]]
+    assert "humaneval (" not in p.stdout  # the real-file part only
+
+
+def test_window_comparison_refuses_bad_windows():
+    for bad in ("x", "-5", ","):
+        p = subprocess.run(
+            [sys.executable, "-m", "structspec.bench.infill", "--windows", bad],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert p.returncode == 2 and "--windows" in p.stderr and "Traceback" not in p.stderr

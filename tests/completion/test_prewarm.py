@@ -108,18 +108,62 @@ def test_one_megabyte_line_keeps_its_window_while_typing():
         assert len(p.tokens) <= 2048 - 64
 
 
+# -- the window cap (windowTokens) -----------------------------------------------
+
+
+def test_window_tokens_caps_the_window_and_keeps_it_stable_while_typing():
+    model = StandInModel(n_ctx=4096)  # one token per character
+    builder = PromptBuilder(model)
+    full = builder.build(PY, len(PY), max_tokens=64)
+    assert len(full.tokens) > 3000  # the whole document fits the context
+    cut = None
+    previous: list[int] | None = None
+    for typed in ("r", "re", "ret", "retu"):
+        doc = PY + typed
+        p = builder.build(doc, len(doc), cut_hint=cut, max_tokens=64, window_tokens=600)
+        assert len(p.tokens) <= 600 + len(builder.bos)
+        assert p.cut > 0 and doc[p.cut - 1] == "\n"  # a line start
+        if previous is not None:
+            assert p.cut == cut and common_prefix_len(previous, p.tokens) >= len(previous) - 1
+        cut, previous = p.cut, p.tokens
+    # 0 is no cap: the context decides.
+    assert builder.build(PY, len(PY), max_tokens=64, window_tokens=0).tokens == full.tokens
+
+
+def test_window_tokens_of_zero_or_larger_than_the_room_change_nothing():
+    from structspec.completion.prompt import window_budget
+
+    assert window_budget(3000, 0) == 3000
+    assert window_budget(3000, 5000) == 3000
+    assert window_budget(3000, 1024) == 1024
+
+
+async def test_an_opened_document_is_prewarmed_within_the_window_cap():
+    model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
+    svc = make_service(model, window_tokens=500)
+    svc.open_document("file:///p/a.py", "python", 1, PY)
+    await wait_for(lambda: svc.stats.prewarmed == 1)
+    assert 0 < len(model.cached_tokens) <= 500  # not the whole 3,600-token document
+    model.prefills.clear()
+    await svc.complete(CompletionRequest("file:///p/a.py", 10, 5, invoked=True))
+    tokens, reused = model.prefills[0]
+    assert tokens <= 500 + 1 and reused >= tokens - 2  # the capped window was evaluated
+    svc.close()
+    assert svc.join()
+
+
 # -- the service ------------------------------------------------------------------
 
 
 async def test_opened_document_is_prewarmed_and_the_first_request_reuses_it():
     model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
-    svc = make_service(model)
+    svc = make_service(model)  # the default window cap (1536 tokens, 51 lines of PY)
     svc.open_document("file:///p/a.py", "python", 1, PY)
     await wait_for(lambda: svc.stats.prewarmed == 1)
     warmed = len(model.cached_tokens)
     assert warmed > 1000
     model.prefills.clear()
-    await svc.complete(CompletionRequest("file:///p/a.py", 60, 5, invoked=True))
+    await svc.complete(CompletionRequest("file:///p/a.py", 40, 5, invoked=True))
     tokens, reused = model.prefills[0]
     assert reused >= tokens - 2  # the window was already evaluated
     svc.close()
@@ -160,6 +204,7 @@ async def test_an_edit_elsewhere_is_prewarmed_after_a_pause():
         language="python",
         cut_hint=svc._sessions["file:///p/a.py"].cut,
         max_tokens=8,
+        window_tokens=svc.settings.window_tokens,
     )
     assert list(model.cached_tokens) == expected.tokens[:-1]
     svc.close()

@@ -313,11 +313,20 @@ class _InfillServer(_Replay):
         self.close_doc(case.uri)
 
 
+Configs = Sequence[tuple[str, dict[str, Any]]]
+
+
 async def _run(
-    cases: Sequence[Case], model: str, threads: int, idle_s: float, timeout_s: float, out: Out
+    cases: Sequence[Case],
+    model: str,
+    threads: int,
+    idle_s: float,
+    timeout_s: float,
+    out: Out,
+    configs: Configs = CONFIGS,
 ) -> dict[str, dict[str, Scores]]:
     servers = []
-    for name, options in CONFIGS:
+    for name, options in configs:
         server = _InfillServer(name, {**OPTIONS, **options}, model, threads, timeout_s)
         servers.append(server)
     scores: dict[str, dict[str, Scores]] = {
@@ -385,9 +394,14 @@ def run_infill_benchmark(
     idle_s: float = 3.0,
     timeout_s: float = 300.0,
     before_chars: int = BEFORE_CHARS,
+    configs: Configs = CONFIGS,
+    humaneval: bool = True,
 ) -> dict[str, Any]:
-    """Build the cases (``limit`` per part), run both servers, print the tables."""
-    cases = humaneval_cases(limit) + file_cases(limit, before_chars)
+    """Build the cases (``limit`` per part), run the servers of ``configs``, print the tables.
+
+    ``humaneval=False``: the real-file part only.
+    """
+    cases = (humaneval_cases(limit) if humaneval else []) + file_cases(limit, before_chars)
     if not cases:
         raise ValueError("no infilling cases could be built")
     parts = {part: sum(c.part == part for c in cases) for part in ("humaneval", "files")}
@@ -401,10 +415,10 @@ def run_infill_benchmark(
         f"up to {before_chars} characters before the line"
     )
     t0 = time.perf_counter()
-    scores = asyncio.run(_run(cases, model, threads, idle_s, timeout_s, out))
+    scores = asyncio.run(_run(cases, model, threads, idle_s, timeout_s, out, configs))
     out(f"  run done in {time.perf_counter() - t0:.1f} s")
     result: dict[str, Any] = {"suite": "infill", "model": model or "default", "threads": threads}
-    for part in ("humaneval", "files"):
+    for part in ("humaneval", "files") if humaneval else ("files",):
         out("")
         out(f"{part} ({parts[part]} lines):")
         result[part] = _table(scores, part, out)
@@ -417,3 +431,44 @@ def run_infill_benchmark(
         "just-opened document / after idling / after a typed character"
     )
     return result
+
+
+def window_configs(windows: Sequence[int]) -> list[tuple[str, dict[str, Any]]]:
+    """One server per ``windowTokens`` value (0: the whole context)."""
+    return [(f"window {w or 'whole'}", {"windowTokens": w}) for w in windows]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m structspec.bench.infill --windows 0,2048,1536,1024``: the window cap's cost.
+
+    The real-file part of the suite, one server per ``windowTokens`` value,
+    typing in turn at each case; the table behind ``docs/MEASUREMENTS.md`` §5.
+    """
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m structspec.bench.infill", description=main.__doc__)
+    p.add_argument("--windows", default="0,2048,1536,1024", help="windowTokens values")
+    p.add_argument("--model", default="", help="GGUF path (default: the embedded model)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--limit", type=int, default=20, help="real-file cases")
+    p.add_argument("--before-chars", type=int, default=16000)
+    args = p.parse_args(argv)
+    try:
+        windows = [int(w) for w in args.windows.split(",") if w.strip()]
+    except ValueError:
+        p.error(f"--windows must be comma-separated integers, not {args.windows!r}")
+    if not windows or any(w < 0 for w in windows):
+        p.error("--windows needs at least one value, none negative")
+    run_infill_benchmark(
+        args.model,
+        args.threads,
+        limit=args.limit,
+        before_chars=args.before_chars,
+        configs=window_configs(windows),
+        humaneval=False,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -121,6 +121,7 @@ def build_prompt(
         language=job.language,
         cut_hint=cut_hint,
         max_tokens=job.settings.max_tokens,
+        window_tokens=job.settings.window_tokens,
         context=context,
     )
 

@@ -165,6 +165,11 @@ def prompt_room(model: Model, max_tokens: int) -> int:
     return max(8, model.n_ctx - max_tokens - PASS_ROWS_RESERVE - 1)
 
 
+def window_budget(room: int, window_tokens: int) -> int:
+    """Tokens the window before the cursor may use: ``room``, capped by ``window_tokens`` (> 0)."""
+    return min(room, window_tokens) if window_tokens > 0 else room
+
+
 class PromptBuilder:
     """Builds prompts for one model; see the module docstring."""
 
@@ -188,12 +193,15 @@ class PromptBuilder:
         cut_hint: int | None = None,
         max_tokens: int = 128,
         room: int | None = None,
+        window_tokens: int = 0,
         context: Sequence[Snippet] = (),
     ) -> Prompt:
         """The prompt for a cursor at ``offset`` of ``text``.
 
         ``cut_hint`` is the cut of this document's previous prompt: it is kept
         whenever it still fits, which is what keeps prompts stable.
+        ``window_tokens`` (> 0) caps the window: the prefill a cursor in a
+        new place costs, which pre-warming must finish while the user reads.
         ``context``: snippets of other files to place before the window.
         """
         offset = max(0, min(offset, len(text)))
@@ -206,7 +214,8 @@ class PromptBuilder:
             room -= len(suffix_tokens) + 3
         lead, header = self._context(uri, language, context, min(CONTEXT_TOKENS, room // 3))
         room -= len(lead)
-        cut, body = self._window(text, offset, header, max(4, room - len(self.bos)), cut_hint)
+        budget = window_budget(max(4, room - len(self.bos)), window_tokens)
+        cut, body = self._window(text, offset, header, budget, cut_hint)
         if self.fim is not None:
             f = self.fim
             tokens = [*self.bos, *lead, f.prefix, *body, f.suffix, *suffix_tokens, f.middle]

@@ -50,6 +50,7 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
+import posixpath
 import threading
 import time
 from collections import OrderedDict, deque
@@ -90,7 +91,7 @@ from structspec.completion.prewarm import (
     opening_offset,
     prefill_in_chunks,
 )
-from structspec.completion.prompt import prompt_room
+from structspec.completion.prompt import prompt_room, window_budget
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.suggest import CursorContext, continuation_answer
 from structspec.completion.types import (
@@ -175,6 +176,26 @@ class _Session:
         if generated in self.recent:
             self.recent.remove(generated)
         self.recent.appendleft(generated)
+
+
+def _log_answer(request: CompletionRequest, ms: float, stats: GenerationStats | None) -> None:
+    """One log line per model-computed answer: where its time went (prefill or decode)."""
+    if stats is None or not log.isEnabledFor(logging.INFO):
+        return
+    where = f"{posixpath.basename(uri_path(request.uri))}:{request.line + 1}:{request.character}"
+    log.info(
+        "answer at %s in %.0f ms: prompt %d tokens (%d evaluated in %.0f ms), "
+        "%d tokens in %.0f ms (%d passes), stop: %s",
+        where,
+        ms,
+        stats.prompt_tokens,
+        stats.prompt_tokens - stats.reused_tokens,
+        stats.prefill_ms,
+        stats.tokens,
+        stats.decode_ms,
+        stats.passes,
+        stats.stop_reason or "-",
+    )
 
 
 class CompletionService:
@@ -420,6 +441,7 @@ class CompletionService:
             return None
         latency = (time.perf_counter() - t0) * 1000.0
         self.stats.record_latency(latency)
+        _log_answer(request, latency, outcome.stats)
         self._schedule_pregeneration(request.uri)  # the job is done: the worker is free
         return self._suggestion(
             result.id, doc, text, offset, ctx, outcome.text, "model", latency, outcome.stats
@@ -785,7 +807,9 @@ class CompletionService:
         try:
             model = host.engine_for(inputs.settings).model
             if inputs.offset < 0:
-                room = prompt_room(model, inputs.settings.max_tokens)
+                room = window_budget(
+                    prompt_room(model, inputs.settings.max_tokens), inputs.settings.window_tokens
+                )
                 inputs = replace(inputs, offset=opening_offset(model, inputs.text, room))
             assert host.prompts is not None
             prompt = build_prompt(host.prompts, host.snippets, inputs, job.session.cut)

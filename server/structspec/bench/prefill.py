@@ -1,0 +1,75 @@
+"""How long a prompt window takes to evaluate: the cost behind ``windowTokens``.
+
+``python -m structspec.bench.prefill [--model PATH] [--threads 2] [--repeat 3]``
+evaluates windows of real code (this Python's own ``argparse.py``) of growing
+length from an empty cache, in the chunks pre-warming uses
+(``completion.prewarm.PREFILL_CHUNK``), and prints the median time of each
+length over ``--repeat`` rounds (interleaved). A window the pre-warm finishes
+while the user reads (``PREWARM_IDLE_S`` after the cursor comes to rest, then
+the evaluation) costs the first keystroke only its last tokens; a longer one
+costs the rest of its evaluation. The output is the "Prefill cost and the
+window cap" table of ``docs/MEASUREMENTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from structspec.completion.prewarm import PREFILL_CHUNK, PREWARM_IDLE_S, prefill_in_chunks
+from structspec.model.base import Model
+from structspec.runtime import open_model
+
+#: Window lengths measured (tokens).
+LENGTHS = (512, 1024, 1536, 2048, 3072, 3968)
+#: Seconds of rest at a new place after which the first keystroke is measured
+#: (the editor and infill benchmarks' pause).
+IDLE_S = 3.0
+
+
+def code_tokens(model: Model, n: int) -> list[int]:
+    """The first ``n`` tokens of real code (the standard library's ``argparse.py``)."""
+    text = Path(argparse.__file__).read_text(encoding="utf-8")
+    return model.tokenize(text)[:n]
+
+
+def time_prefill(model: Model, tokens: list[int]) -> float:
+    """Milliseconds to evaluate ``tokens`` from an empty cache, chunk by chunk."""
+    model.prefill(tokens[-1:])  # a cache that shares nothing with ``tokens``
+    t0 = time.perf_counter()
+    prefill_in_chunks(model, tokens, lambda: False)
+    return (time.perf_counter() - t0) * 1000.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m structspec.bench.prefill", description=__doc__)
+    p.add_argument("--model", default="", help="GGUF path (default: the embedded model)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args(argv)
+    model = open_model(args.model, threads=args.threads, context_size=4096)
+    tokens = code_tokens(model, max(LENGTHS) + 1)
+    lengths = [n for n in LENGTHS if n <= len(tokens)]
+    times: dict[int, list[float]] = {n: [] for n in lengths}
+    for _ in range(max(1, args.repeat)):
+        for n in lengths:
+            times[n].append(time_prefill(model, tokens[:n]))
+    budget_ms = (IDLE_S - PREWARM_IDLE_S) * 1000.0
+    print(
+        f"prefill from an empty cache in chunks of {PREFILL_CHUNK}, {args.threads} thread(s), "
+        f"median of {args.repeat}; pre-warm time after {IDLE_S:.0f} s at rest: "
+        f"{budget_ms:.0f} ms"
+    )
+    print("| window tokens | ms | tokens/s | left for the first keystroke after the rest, ms |")
+    print("| --- | --- | --- | --- |")
+    for n in lengths:
+        ms = statistics.median(times[n])
+        left = max(0.0, ms - budget_ms)
+        print(f"| {n} | {ms:.1f} | {n / max(ms, 1e-3) * 1000.0:.0f} | {left:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
