@@ -185,3 +185,35 @@ def test_the_text_after_the_cursor_reaches_the_suffix_source() -> None:
         engine, PromptBuilder(model), CorpusCache(), SnippetChooser(), job, clock=lambda: 0.0
     )
     assert outcome.stats is not None and "suffix" not in outcome.stats.by_source()
+
+
+# -- a model stuck in a loop -----------------------------------------------------
+
+LOOP = 'x = ["a", ' + '"bc", ' * 40 + "]\n"
+
+
+def test_a_loop_stops_the_generation_and_its_line_is_dropped() -> None:
+    settings = Settings(model="standin", max_tokens=200, sources=("lookup",))
+    text = "names = compute()\n"  # a blank line after a plain line: a single line
+    engine, outcome = complete(ScriptedModel(LOOP), settings, text=text)
+    assert CursorContext.at(text, len(text)).mode != BLOCK
+    assert outcome.text is None  # the line is a loop: nothing is shown
+    assert outcome.stats is not None
+    # Stopped once the loop was plain (4 repeats, 40 characters), not at max_tokens.
+    assert outcome.stats.tokens < len('x = ["a", ') + 8 * len('"bc", ')
+
+
+def test_a_block_keeps_its_lines_before_a_loop() -> None:
+    settings = Settings(model="standin", max_tokens=200, sources=("lookup",))
+    model = ContinuingModel("x = 1\n    " + LOOP)
+    engine, outcome = complete(model, settings)
+    assert outcome.text == "x = 1"  # the first line answers (as any block)
+    cursor = CursorContext.at(TEXT, len(TEXT))
+    job = CompletionInput("file:///a.py", TEXT, len(TEXT), "python", cursor, settings)
+    assert outcome.continuation is not None
+    ext, result = continue_generation(engine, CorpusCache(), job, outcome.continuation, 5)
+    assert result is not None and result.stats.tokens < 60  # pre-generation stops at the loop too
+    from structspec.completion.suggest import clean
+
+    whole = outcome.continuation.extended(ext)
+    assert clean(whole.text, cursor, BLOCK) == "x = 1"  # the looping line is not offered

@@ -112,3 +112,38 @@ def test_single_line_and_whitespace_edge_cases():
     assert clean("a = 1   \nb", at("|"), LINE) == "a = 1"
     assert clean("", at("|"), BLOCK) is None
     assert clean("x", at("|"), BLOCK) == "x"
+
+
+# -- loops ----------------------------------------------------------------------
+
+
+def test_loop_start_finds_a_line_ending_in_a_repeated_pattern() -> None:
+    from structspec.completion.suggest import LOOP_CHARS, LOOP_REPEATS, loop_start
+
+    looping = 'ok\nx = "release", ' + '"release-only", ' * LOOP_REPEATS
+    assert loop_start(looping) == 3
+    assert loop_start(looping + '"release-') == 3  # mid-repeat (a streamed token's end)
+    unit = "ab"
+    assert loop_start(unit * (LOOP_CHARS // 2)) == 0
+    assert loop_start(unit * (LOOP_CHARS // 2 - 1)) is None  # too short to be a loop
+    # Ordinary code that repeats: separators, short runs, a loop on an earlier line.
+    for fine in (
+        "# " + "-" * 78,
+        "# " + "=" * 200,
+        "zeros = [0, 0, 0, 0, 0, 0]",
+        'x = "bc", "bc", "bc"',
+        '"bc", ' * 20 + "\nnext = 1",
+        "",
+        "\n\n",
+    ):
+        assert loop_start(fine) is None, fine
+
+
+def test_clean_drops_a_looping_line_and_keeps_the_lines_before() -> None:
+    text = "def f():\n    "
+    ctx = CursorContext.at(text, len(text))
+    assert ctx.mode == BLOCK
+    block = "x = 1\n    y = [" + "'abc', " * 12
+    assert clean(block, ctx, BLOCK) == "x = 1"
+    line_ctx = CursorContext.at("v = ", 4)
+    assert clean("[" + "'abc', " * 12, line_ctx, LINE) is None

@@ -459,6 +459,8 @@ class _Replay:
         cmd = [sys.executable, "-m", "structspec.lsp", "--stdio", "--threads", str(self.threads)]
         if self.model:
             cmd += ["--model", self.model]
+        if os.environ.get("BENCHLOG"):
+            cmd += ["--log-file", os.environ["BENCHLOG"] + "-" + self.name.replace(" ", "_") + ".log"]
         await self.client.start(cmd, _server_env(self.trace), self.stderr)
         await self.client.request(
             "initialize",

@@ -38,7 +38,14 @@ from structspec.completion.corpus import CorpusCache, DocumentSnapshot
 from structspec.completion.prewarm import PREFILL_CHUNK, prefill_in_chunks, reusable_prefix
 from structspec.completion.prompt import Prompt, PromptBuilder, file_name
 from structspec.completion.snippets import Neighbour, Snippet, SnippetChooser
-from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean, cut_block
+from structspec.completion.suggest import (
+    BLOCK,
+    LINE,
+    CursorContext,
+    clean,
+    cut_block,
+    loop_start,
+)
 from structspec.completion.trace import record as trace_generation
 from structspec.config import Settings
 from structspec.drafts.registry import reads_corpus
@@ -201,6 +208,10 @@ def run_completion(
         for step in steps:
             before = len(text)
             text += step.text
+            loop = loop_start(text)
+            if loop is not None:  # the model is stuck in a loop: that line is dropped
+                text, early = text[:loop], True
+                break
             if mode == BLOCK:
                 text, dedented = cut_block(text, job.cursor)
                 line_end = first_line_done(text)
@@ -287,10 +298,12 @@ def continue_generation(
         cancelled=cancelled,
     )
     steps = iter(generation)
+    written = ""
     try:
         for step in steps:
             lines += step.text.count("\n")
-            if lines >= PREGENERATE_LINES:
+            written += step.text
+            if lines >= PREGENERATE_LINES or loop_start(written) is not None:
                 break
     finally:
         steps.close()  # type: ignore[attr-defined]

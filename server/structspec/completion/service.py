@@ -178,14 +178,17 @@ class _Session:
         self.recent.appendleft(generated)
 
 
-def _log_answer(request: CompletionRequest, ms: float, stats: GenerationStats | None) -> None:
-    """One log line per model-computed answer: where its time went (prefill or decode)."""
+def _log_answer(
+    request: CompletionRequest, ms: float, stats: GenerationStats | None, what: str
+) -> None:
+    """One log line per request the model worked on: where its time went (prefill or decode)."""
     if stats is None or not log.isEnabledFor(logging.INFO):
         return
     where = f"{posixpath.basename(uri_path(request.uri))}:{request.line + 1}:{request.character}"
     log.info(
-        "answer at %s in %.0f ms: prompt %d tokens (%d evaluated in %.0f ms), "
+        "%s at %s in %.0f ms: prompt %d tokens (%d evaluated in %.0f ms), "
         "%d tokens in %.0f ms (%d passes), stop: %s",
+        what,
         where,
         ms,
         stats.prompt_tokens,
@@ -436,12 +439,13 @@ class CompletionService:
         if session.job is job and task.done():
             session.job = session.task = None
         outcome = result.outcome
+        latency = (time.perf_counter() - t0) * 1000.0
         if outcome.text is None or result.id is None or job.cancelled():
             self.stats.empty += 1
+            _log_answer(request, latency, outcome.stats, "no suggestion")
             return None
-        latency = (time.perf_counter() - t0) * 1000.0
         self.stats.record_latency(latency)
-        _log_answer(request, latency, outcome.stats)
+        _log_answer(request, latency, outcome.stats, "answer")
         self._schedule_pregeneration(request.uri)  # the job is done: the worker is free
         return self._suggestion(
             result.id, doc, text, offset, ctx, outcome.text, "model", latency, outcome.stats

@@ -19,6 +19,10 @@
   - *indented to the cursor's block*: the lines of a multi-line block keep
     their indentation relative to its first line, measured from the cursor's
     column, in the document's indentation character (tabs or spaces);
+  - *no loop*: a line that ends in a pattern repeated over and over (a model
+    stuck in a loop, ``"a", "b", "b", "b", ...``) is dropped (Tabby drops
+    them too); the generation stops as soon as one appears, so a loop costs
+    a few tokens, not ``maxTokens``;
   - no trailing whitespace, and never only whitespace (then there is no
     suggestion at all).
 - **From pre-generated text** (``continuation_answer``): what the model wrote
@@ -286,6 +290,30 @@ def _repeats_following(text: str, ctx: CursorContext) -> bool:
     return bool(lines) and _following_lines(ctx, len(lines)) == lines
 
 
+#: A loop: a unit of at least two different characters repeated at least
+#: ``LOOP_REPEATS`` times in a row at the end of a line, covering at least
+#: ``LOOP_CHARS`` characters. One repeated character (``# -----``) and short
+#: runs (``0, 0, 0``) are ordinary code.
+LOOP_REPEATS = 4
+LOOP_CHARS = 40
+#: Characters at the end of a line looked at (bounds the work of each check).
+_LOOP_WINDOW = 480
+
+
+def loop_start(text: str) -> int | None:
+    """Start of ``text``'s last line when that line ends in a loop (see above), else ``None``."""
+    start = text.rfind("\n") + 1
+    line = text[max(start, len(text) - _LOOP_WINDOW) :].rstrip()
+    for period in range(2, len(line) // LOOP_REPEATS + 1):
+        unit = line[-period:]
+        repeats = max(LOOP_REPEATS, -(-LOOP_CHARS // period))
+        if period * repeats > len(line):
+            continue
+        if len(set(unit)) >= 2 and line.endswith(unit * repeats):
+            return start
+    return None
+
+
 def _strip_repeated_lines(text: str, after: str) -> str:
     """Cut a block where it starts repeating the lines that follow the cursor's line."""
     following = [ln.strip() for ln in after.split("\n")[1:] if ln.strip()]
@@ -303,6 +331,9 @@ def _strip_repeated_lines(text: str, after: str) -> str:
 
 def clean(text: str, ctx: CursorContext, mode: str) -> str | None:
     """The suggestion to show for model ``text``, or ``None`` when nothing is worth showing."""
+    loop = loop_start(text)
+    if loop is not None:
+        text = text[:loop]
     if mode == LINE:
         text = text.split("\n", 1)[0]
         text = _balance_against_suffix(text, ctx.line_suffix)
