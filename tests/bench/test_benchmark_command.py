@@ -135,3 +135,16 @@ def test_oracle_without_replay_is_refused(tmp_path):
     write_suite(suite, ["x = 1\n"])
     p = benchmark(suite, "--oracle")
     assert p.returncode != 0 and "--oracle needs --replay" in p.stderr
+
+
+def test_server_logs_that_cannot_be_created_are_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    p = subprocess.run(
+        [sys.executable, "-m", "structspec", "benchmark", "--model", "standin"]
+        + ["--suite", "editor", "--server-logs", str(blocker / "logs")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2 and "--server-logs" in p.stderr and "Traceback" not in p.stderr

@@ -195,8 +195,17 @@ def test_editor_benchmark_smoke(tmp_path: Path):
     src.write_text(SOURCE)
     lines: list[str] = []
     result = run_editor_benchmark(
-        [str(src)], "standin", 1, out=lines.append, points_per_file=2, max_chars=4, contention=1
+        [str(src)],
+        "standin",
+        1,
+        out=lines.append,
+        points_per_file=2,
+        max_chars=4,
+        contention=1,
+        log_dir=tmp_path,
     )
+    for name in ("structspec", "greedy", "structspec---1-busy-loop"):
+        assert "answer at m.py:" in (tmp_path / f"{name}.log").read_text()
     configs = result["configs"]
     assert set(configs) == {"structspec", "greedy", "structspec + 1 busy loop"}
     assert configs["structspec"]["keystrokes"] == result["keystrokes"] == 8

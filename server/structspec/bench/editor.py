@@ -434,6 +434,7 @@ class _Replay:
         threads: int,
         timeout_s: float,
         trace: Path | None = None,
+        log_dir: Path | None = None,
     ) -> None:
         self.name = name
         self.options = options
@@ -441,6 +442,9 @@ class _Replay:
         self.threads = threads
         self.timeout_s = timeout_s
         self.trace = trace
+        # The server's own log (one line per model answer: prefill and decode times).
+        slug = "".join(c if c.isalnum() else "-" for c in name)
+        self.log_file = log_dir / f"{slug}.log" if log_dir is not None else None
         self.result = ConfigResult(name)
         self.client = StdioClient()
         # The server's stderr, kept for the error message; closed in close().
@@ -459,8 +463,8 @@ class _Replay:
         cmd = [sys.executable, "-m", "structspec.lsp", "--stdio", "--threads", str(self.threads)]
         if self.model:
             cmd += ["--model", self.model]
-        if os.environ.get("BENCHLOG"):
-            cmd += ["--log-file", os.environ["BENCHLOG"] + "-" + self.name.replace(" ", "_") + ".log"]
+        if self.log_file is not None:
+            cmd += ["--log-file", str(self.log_file)]
         await self.client.start(cmd, _server_env(self.trace), self.stderr)
         await self.client.request(
             "initialize",
@@ -687,6 +691,7 @@ def run_editor_benchmark(
     contention: int = 0,
     exactness: bool = True,
     timeout_s: float = 300.0,
+    log_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Replay typing through ``files`` in every configuration; print a report; return the numbers.
 
@@ -694,7 +699,8 @@ def run_editor_benchmark(
     path, ``""`` for the default model, ``standin`` for a smoke run).
     ``limit``: that many cursor points, the files' first ones in turn. ``contention``: busy-loop
     processes for a second, loaded replay of ``structspec`` (0: none).
-    ``exactness``: the teacher-forced check of the traced tokens.
+    ``exactness``: the teacher-forced check of the traced tokens. ``log_dir``: each
+    server writes its log there (``<configuration>.log``).
     """
     files = list(files) or default_files()
     if not files:
@@ -718,7 +724,9 @@ def run_editor_benchmark(
     with tempfile.TemporaryDirectory(prefix="structspec-editor-") as tmp:
         trace = Path(tmp) / "trace.jsonl" if exactness else None
         replays = [
-            _Replay(name, options, model, threads, timeout_s, trace if not options else None)
+            _Replay(
+                name, options, model, threads, timeout_s, trace if not options else None, log_dir
+            )
             for name, options in CONFIGS
         ]
         t0 = time.perf_counter()
@@ -728,7 +736,7 @@ def run_editor_benchmark(
         loops = f"{contention} busy loop{'s' if contention != 1 else ''}"
         loaded_name = f"structspec + {loops}"
         if contention > 0:
-            loaded = _Replay(loaded_name, {}, model, threads, timeout_s)
+            loaded = _Replay(loaded_name, {}, model, threads, timeout_s, log_dir=log_dir)
             t0 = time.perf_counter()
             with busy_loops(contention):
                 asyncio.run(_replay([loaded], points, out))

@@ -107,6 +107,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="editor suite: replay structspec again with N busy-loop processes running",
     )
+    p.add_argument(
+        "--server-logs",
+        metavar="DIR",
+        help="editor suite: each language server writes its log to DIR/<configuration>.log "
+        "(one line per model answer: prompt evaluation and decode times)",
+    )
     p.add_argument("--json-out", help="write per-prompt, per-mode tokens and stats as JSON")
     p.add_argument("--trace-csv", help="write one row per verification pass")
     p.add_argument("--markdown-out", help="write the report as Markdown (docs/BENCHMARKS.md)")
@@ -633,6 +639,12 @@ def _run_editor(args: argparse.Namespace) -> int:
     if args.contention < 0 or (args.limit is not None and args.limit < 1):
         raise UserError("--contention must be 0 or more and --limit positive")
     settings = settings_from_args(args).settings
+    logs = Path(args.server_logs) if args.server_logs else None
+    if logs is not None:
+        try:
+            logs.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"--server-logs {args.server_logs}: {exc.strerror or exc}") from None
     return _run_printed(
         args,
         "editor",
@@ -645,6 +657,7 @@ def _run_editor(args: argparse.Namespace) -> int:
             limit=args.limit,
             contention=args.contention,
             exactness=not args.no_exactness,
+            log_dir=logs,
         ),
     )
 
