@@ -98,7 +98,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--modes",
         default=",".join(MODES),
-        help="comma-separated: greedy,structspec,pld, structspec:NAME+NAME for "
+        help="comma-separated: greedy (no drafts; with --temperature: plain sampling), "
+        "structspec,pld, structspec:NAME+NAME for "
         "structspec with only those draft sources (an ablation, e.g. structspec:lookup+rules), "
         "and with --llama-server: llama-server (greedy) and llama-server:TYPE "
         "(its --spec-type TYPE, e.g. llama-server:ngram-mod)",
@@ -363,8 +364,13 @@ def _run_suite(
     if args.trace_csv:
         _write_trace(args.trace_csv, runs)
     if args.plot:
-        _plot(args.plot, runs, summary, modes)
+        _plot(args.plot, runs, summary, modes, sampling)
     return 0
+
+
+def _label(mode: str, sampling: Sampling) -> str:
+    """A mode as reports name it: sampled, ``greedy`` is plain sampling, and says so."""
+    return "plain sampling" if mode == "greedy" and not sampling.greedy else mode
 
 
 def _check_matplotlib() -> None:
@@ -374,7 +380,13 @@ def _check_matplotlib() -> None:
         raise UserError("--plot needs matplotlib: pip install matplotlib") from None
 
 
-def _plot(path: str, runs: list[Run], summary: dict[str, Any], modes: list[str]) -> None:
+def _plot(
+    path: str,
+    runs: list[Run],
+    summary: dict[str, Any],
+    modes: list[str],
+    sampling: Sampling = GREEDY,
+) -> None:
     """Per-prompt speed ratio of each mode against each base, and acceptance by position."""
     import matplotlib
 
@@ -387,7 +399,7 @@ def _plot(path: str, runs: list[Run], summary: dict[str, Any], modes: list[str])
         for base in comparison_bases(modes):
             ratios = summary["modes"][mode].get(f"ratios_vs_{base}")
             if base != mode and ratios:
-                labels.append(f"{mode} vs {base}")
+                labels.append(f"{_label(mode, sampling)} vs {_label(base, sampling)}")
                 data.append(ratios)
     if data:
         left.boxplot(data, showfliers=True)
@@ -398,7 +410,12 @@ def _plot(path: str, runs: list[Run], summary: dict[str, Any], modes: list[str])
     for mode in modes:
         pos = acceptance_by_position([r for r in runs if r.mode == mode])
         if pos:
-            right.plot([p for p, _, _ in pos], [a for _, _, a in pos], marker="o", label=mode)
+            right.plot(
+                [p for p, _, _ in pos],
+                [a for _, _, a in pos],
+                marker="o",
+                label=_label(mode, sampling),
+            )
     right.set_xlabel("position in the draft")
     right.set_ylabel("acceptance")
     right.set_ylim(0, 1)
@@ -426,8 +443,7 @@ def _report(
     sampling: Sampling = GREEDY,
 ) -> str:
     def label(mode: str) -> str:
-        """Sampled, the ``greedy`` mode is plain sampling: say so wherever it is named."""
-        return "plain sampling" if mode == "greedy" and not sampling.greedy else mode
+        return _label(mode, sampling)
 
     base = label("greedy")
     lines = [
