@@ -11,6 +11,7 @@ import pytest
 
 from structspec.bench.harness import Run, summarize
 from structspec.bench.suites import SuiteError, jsonl
+from structspec.engine.sampling import Sampling
 
 
 def write_suite(path, prompts):
@@ -148,3 +149,109 @@ def test_server_logs_that_cannot_be_created_are_one_line(tmp_path):
         timeout=120,
     )
     assert p.returncode == 2 and "--server-logs" in p.stderr and "Traceback" not in p.stderr
+
+
+SAMPLING_FLAGS = ("--temperature", 0.8, "--top-k", 5, "--top-p", 0.9, "--min-p", 0.05)
+
+
+def sampled_run(tmp_path, name, *args):
+    """A sampled benchmark of three engine modes on the stand-in; its JSON and Markdown."""
+    suite = tmp_path / "suite.jsonl"
+    write_suite(suite, ["def f(a):\n", "x = a\nx = a\n", "ab"])
+    out, md = tmp_path / f"{name}.json", tmp_path / f"{name}.md"
+    p = benchmark(
+        suite,
+        "--modes",
+        "greedy,structspec,structspec:lookup",
+        "--max-tokens",
+        20,
+        "--json-out",
+        out,
+        "--markdown-out",
+        md,
+        *args,
+    )
+    assert p.returncode == 0, p.stderr
+    return p, json.loads(out.read_text()), md.read_text()
+
+
+def tokens_by_prompt_and_mode(data):
+    return {(p["id"], r["mode"]): r["tokens"] for p in data["prompts"] for r in p["runs"]}
+
+
+def test_sampled_benchmark_states_its_parameters(tmp_path):
+    p, data, md = sampled_run(tmp_path, "a", *SAMPLING_FLAGS, "--seed", 3)
+    for report in (p.stdout, md):
+        assert "temperature 0.8, top_k 5, top_p 0.9, min_p 0.05, seed 3" in report
+        assert "| plain sampling |" in report and "vs plain sampling" in report
+        # the argmax check does not apply: one line says where the distribution is proven
+        assert "Teacher-forced exactness" not in report
+        assert "tests/engine/test_sampling.py" in report
+    summary = data["summary"]
+    assert summary["sampling"] == {
+        "temperature": 0.8,
+        "top_k": 5,
+        "top_p": 0.9,
+        "min_p": 0.05,
+        "seed": 3,
+    }
+    assert "exactness" not in summary
+    # the stand-in's rows do not depend on the batch shape: the same seed, the same text
+    assert summary["modes"]["structspec"]["identical_to_greedy"] == 3
+    assert summary["modes"]["structspec:lookup"]["identical_to_greedy"] == 3
+    assert "same seed, same text as plain sampling, prompts: structspec 3/3" in p.stdout
+
+
+def test_sampled_benchmark_same_seed_same_tokens(tmp_path):
+    _, first, _ = sampled_run(tmp_path, "a", *SAMPLING_FLAGS, "--seed", 3)
+    _, again, _ = sampled_run(tmp_path, "b", *SAMPLING_FLAGS, "--seed", 3)
+    _, other, _ = sampled_run(tmp_path, "c", *SAMPLING_FLAGS, "--seed", 4)
+    _, greedy, _ = sampled_run(tmp_path, "d")
+    assert tokens_by_prompt_and_mode(first) == tokens_by_prompt_and_mode(again)
+    assert tokens_by_prompt_and_mode(first) != tokens_by_prompt_and_mode(other)
+    assert tokens_by_prompt_and_mode(first) != tokens_by_prompt_and_mode(greedy)
+    assert "decoding: greedy (temperature 0) in every mode" in (tmp_path / "d.md").read_text()
+
+
+def test_sampled_benchmark_without_seed_compares_no_text(tmp_path):
+    p, data, _ = sampled_run(tmp_path, "a", "--temperature", 0.7)
+    assert "seed none" in p.stdout and "no --seed" in p.stdout
+    assert all("identical_to_greedy" not in m for m in data["summary"]["modes"].values())
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (("--temperature", "-1"), "temperature must be"),
+        (("--temperature", "nan"), "temperature must be"),
+        (("--temperature", "1", "--top-p", "2"), "top_p must be"),
+        (("--temperature", "1", "--min-p", "-0.1"), "min_p must be"),
+        (("--temperature", "1", "--top-k", "-3"), "top_k must be"),
+        (("--temperature", "warm"), "invalid float value"),
+        (("--temperature", "1", "--suite", "editor"), "does not apply to the editor suite"),
+        (("--temperature", "1", "--suite", "infill"), "does not apply to the infill suite"),
+        (("--temperature", "1", "--record", "rec.json"), "does not apply to --record"),
+        (("--temperature", "1", "--replay", "rec.json"), "does not apply to --replay"),
+    ],
+)
+def test_bad_sampling_flags_are_one_line(tmp_path, flags, message):
+    suite = tmp_path / "suite.jsonl"
+    write_suite(suite, ["x = 1\n"])
+    p = benchmark(suite, "--modes", "greedy,structspec", *flags, timeout=120)
+    assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_summary_compares_sampled_text_only_with_the_same_random_numbers():
+    runs = [
+        Run("p", "greedy", 0, [1, 2], 1.0, 1.0),
+        Run("p", "structspec", 0, [1, 2], 1.0, 1.0),
+        Run("p", "pld", 0, [1, 2], 1.0, 1.0),
+    ]
+    modes = ["greedy", "structspec", "pld"]
+    greedy = summarize(runs, modes)["modes"]
+    assert greedy["structspec"]["identical_to_greedy"] == greedy["pld"]["identical_to_greedy"] == 1
+    seeded = summarize(runs, modes, Sampling(0.7, seed=1))["modes"]
+    assert seeded["structspec"]["identical_to_greedy"] == 1
+    assert "identical_to_greedy" not in seeded["pld"]  # its own random stream
+    unseeded = summarize(runs, modes, Sampling(0.7))["modes"]
+    assert "identical_to_greedy" not in unseeded["structspec"]

@@ -23,6 +23,7 @@ from structspec.bench.llama_server import (
     spec_type,
 )
 from structspec.bench.suites import Prompt
+from structspec.engine.sampling import Sampling
 from structspec.engine.stats import PassTrace
 
 FAKE = r'''#!{python}
@@ -208,3 +209,61 @@ def test_llama_server_mode_side_by_side_on_the_default_model(tmp_path):
     assert "vs llama-server:ngram-mod" in p.stdout
     body = json.loads(log.read_text().splitlines()[1])
     assert len(body["prompt"]) > 3 and body["n_predict"] == 8
+
+
+def test_sampled_request_names_the_engines_sampler_chain(tmp_path):
+    exe, log = fake_server(tmp_path)
+    seeded = Sampling(0.7, top_k=20, top_p=0.9, min_p=0.05, seed=(1 << 32) + 5)
+    for sampling in (seeded, Sampling(0.7)):
+        server = LlamaServerBaseline(str(exe), "llama-server", "m.gguf", 1, 512, sampling=sampling)
+        try:
+            server.run(Prompt("p0", "x", None), [2, 7], 0, 4)
+        finally:
+            server.close()
+    seeded_body, unseeded_body = (json.loads(line) for line in log.read_text().splitlines()[1::2])
+    # only the engine's samplers, in its order: none of the server's other defaults applies
+    assert seeded_body["samplers"] == ["top_k", "top_p", "min_p", "temperature"]
+    assert (seeded_body["temperature"], seeded_body["top_k"]) == (0.7, 20)
+    assert (seeded_body["top_p"], seeded_body["min_p"]) == (0.9, 0.05)
+    assert seeded_body["seed"] == 5  # llama.cpp's seeds are 32 bits
+    assert "seed" not in unseeded_body and unseeded_body["top_k"] == 0
+
+
+@pytest.mark.model
+def test_every_mode_samples_on_the_default_model(tmp_path):
+    exe, log = fake_server(tmp_path)
+    suite = tmp_path / "s.jsonl"
+    suite.write_text('{"id": "a", "prompt": "def add(a, b):\\n"}\n')
+    out = tmp_path / "out.json"
+    p = benchmark(
+        "--suite",
+        f"jsonl:{suite}",
+        "--modes",
+        "greedy,structspec,pld,llama-server",
+        "--llama-server",
+        exe,
+        "--max-tokens",
+        8,
+        "--threads",
+        1,  # llama-cpp-python's fixed threads crawl on a busy machine
+        "--temperature",
+        0.7,
+        "--top-p",
+        0.9,
+        "--seed",
+        1,
+        "--json-out",
+        out,
+    )
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert data["summary"]["baseline_failures"] == []
+    assert {r["mode"]: len(r["tokens"]) > 0 for r in data["prompts"][0]["runs"]} == {
+        "greedy": True,
+        "structspec": True,
+        "pld": True,
+        "llama-server": True,
+    }
+    assert "temperature 0.7, top_k 0 (off), top_p 0.9, min_p 0 (off), seed 1" in p.stdout
+    body = json.loads(log.read_text().splitlines()[1])
+    assert body["temperature"] == 0.7 and body["top_p"] == 0.9 and body["seed"] == 1

@@ -11,6 +11,16 @@ shared machine hits them alike.
 Speed is measured the same way for every mode: ``decode_tps`` is tokens after
 the first divided by the time after the first token (the prompt's prefill is
 the same work in every mode), ``e2e_tps`` counts everything from the request.
+
+With a ``Sampling`` of temperature above 0 every mode samples with the same
+parameters: ``greedy`` is then plain sampling (the engine with no drafts),
+``structspec`` speculative sampling with the same seed (the same text on a
+model whose rows do not depend on the batch shape), ``pld`` and llama-server
+llama.cpp's own sampler chain (top_k, top_p, min_p, temperature; the same
+order as ``engine/sampling.py``) with its own random stream. Every one of them
+accepts a draft token only when it equals the token sampled from its row, the
+speculative-sampling rule for a deterministic draft, so each samples from the
+same distribution as plain sampling.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from typing import Any
 
 from structspec.bench.suites import Prompt
 from structspec.engine.decode import Engine, GenerationOptions
+from structspec.engine.sampling import Sampling
 from structspec.engine.stats import PassTrace
 from structspec.model.base import Model
 
@@ -92,15 +103,32 @@ class Run:
         return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0
 
 
+#: Temperature 0: every mode decodes greedily (the default).
+GREEDY = Sampling()
+#: llama.cpp's seed is 32 bits; this one value of it means "a random seed".
+LLAMA_RANDOM_SEED = 0xFFFFFFFF
+
+
+def llama_seed(sampling: Sampling) -> int | None:
+    """The benchmark's seed as llama.cpp takes it (``None``: no seed, random)."""
+    return None if sampling.seed is None else sampling.seed % (1 << 32)
+
+
 def run_engine(
-    engine: Engine, prompt: Prompt, tokens: Sequence[int], mode: str, repeat: int, max_tokens: int
+    engine: Engine,
+    prompt: Prompt,
+    tokens: Sequence[int],
+    mode: str,
+    repeat: int,
+    max_tokens: int,
+    sampling: Sampling = GREEDY,
 ) -> Run:
     engine.model.truncate(0)  # cold cache: no mode profits from another's prefill
     t0 = time.perf_counter()
     t_first = None
     gen = engine.stream(
         tokens,
-        GenerationOptions(max_tokens=max_tokens, speculative=mode != "greedy"),
+        GenerationOptions(max_tokens=max_tokens, speculative=mode != "greedy", sampling=sampling),
         language=prompt.language,
     )
     for step in gen:
@@ -130,12 +158,21 @@ class BaselineError(RuntimeError):
 
 
 class PromptLookupBaseline:
-    """llama-cpp-python's own prompt-lookup speculative decoding, greedy."""
+    """llama-cpp-python's own prompt-lookup speculative decoding, greedy or sampled.
 
-    def __init__(self, model_path: str, threads: int, n_ctx: int) -> None:
+    Sampled, ``Llama.generate`` samples every verified row with llama.cpp's chain
+    (top_k, typical_p 1 = off, top_p, min_p, temperature, then a draw seeded
+    with the benchmark's seed) and keeps a draft token only when it equals the
+    row's sample: plain sampling's distribution, from its own random stream.
+    """
+
+    def __init__(
+        self, model_path: str, threads: int, n_ctx: int, sampling: Sampling = GREEDY
+    ) -> None:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+        self.sampling = sampling
         self.llm = Llama(
             model_path=model_path,
             n_ctx=n_ctx,
@@ -157,7 +194,24 @@ class PromptLookupBaseline:
         out: list[int] = []
         t0 = time.perf_counter()
         t_first = None
-        gen = self.llm.generate(list(tokens), top_k=1, temp=0.0, repeat_penalty=1.0)
+        s = self.sampling
+        if s.greedy:
+            gen = self.llm.generate(list(tokens), top_k=1, temp=0.0, repeat_penalty=1.0)
+        else:
+            # generate() builds its sampler from the seed of this moment: the same
+            # seed for every prompt, like the engine's modes. set_seed, not
+            # Llama(seed=...), which would take seed 0 for "random".
+            seed = llama_seed(s)
+            self.llm.set_seed(LLAMA_RANDOM_SEED if seed is None else seed)
+            gen = self.llm.generate(
+                list(tokens),
+                top_k=s.top_k,
+                top_p=s.top_p,
+                min_p=s.min_p,
+                typical_p=1.0,
+                temp=s.temperature,
+                repeat_penalty=1.0,
+            )
         try:
             for tok in gen:
                 if is_eog(tok):
@@ -227,8 +281,21 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(v), "min": v[0], "max": v[-1], "p10": q(0.1), "p90": q(0.9)}
 
 
-def summarize(runs: Sequence[Run], modes: Sequence[str]) -> dict[str, Any]:
-    """Per-mode totals, per-prompt speed ratios against greedy and pld, acceptance."""
+def summarize(
+    runs: Sequence[Run], modes: Sequence[str], sampling: Sampling = GREEDY
+) -> dict[str, Any]:
+    """Per-mode totals, per-prompt speed ratios against greedy and pld, acceptance.
+
+    ``identical_to_greedy`` counts the prompts whose text equals the ``greedy``
+    mode's. Sampled, only the engine's own modes draw from the same random
+    numbers as ``greedy`` (plain sampling), and only with a seed: the count is
+    left out for the others.
+    """
+    text_compared = (
+        (lambda m: not is_llama_server_mode(m))
+        if sampling.greedy
+        else (lambda m: sampling.seed is not None and not is_external_mode(m))
+    )
     by: dict[tuple[str, str], list[Run]] = {}
     for r in runs:
         by.setdefault((r.prompt_id, r.mode), []).append(r)
@@ -283,7 +350,7 @@ def summarize(runs: Sequence[Run], modes: Sequence[str]) -> dict[str, Any]:
                 if tps and tps_base:
                     per_repeat.append(tps / tps_base)
             m[f"aggregate_vs_{base}_per_repeat"] = spread(per_repeat)
-        if mode != "greedy" and "greedy" in modes and not is_llama_server_mode(mode):
+        if mode != "greedy" and "greedy" in modes and text_compared(mode):
             same = sum(
                 1
                 for p in prompt_ids

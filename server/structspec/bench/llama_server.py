@@ -6,7 +6,11 @@ starts one server per such mode on the same GGUF and thread count, on a free
 loopback port, and asks each prompt of the suite through ``POST /completion``
 as token ids (no BOS is added to a token prompt, so every mode sees the same
 tokens), greedily (``samplers: ["top_k"], top_k: 1``) and from a cold cache
-(``cache_prompt: false``), like the engine's own modes.
+(``cache_prompt: false``), like the engine's own modes. Sampled (temperature
+above 0), the request names the engine's chain (``samplers: ["top_k", "top_p",
+"min_p", "temperature"]``, so none of the server's other default samplers
+applies) with the benchmark's ``temperature``, ``top_k``, ``top_p``,
+``min_p`` and ``seed``.
 
 Times: ``seconds`` is the request's wall clock, prefill and HTTP included (what
 a client waits for); the decode time is the server's own ``predicted_ms``,
@@ -29,8 +33,9 @@ from typing import IO
 
 import httpx
 
-from structspec.bench.harness import LLAMA_SERVER_MODE, Run
+from structspec.bench.harness import GREEDY, LLAMA_SERVER_MODE, Run, llama_seed
 from structspec.bench.suites import Prompt
+from structspec.engine.sampling import Sampling
 
 #: The model-free speculation types of llama.cpp's server (``--spec-type``).
 SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
@@ -74,10 +79,12 @@ class LlamaServerBaseline:
         threads: int,
         n_ctx: int,
         log_dir: Path | None = None,
+        sampling: Sampling = GREEDY,
     ) -> None:
         if not Path(binary).is_file():
             raise LlamaServerError(f"llama-server binary not found: {binary}")
         self.mode = mode
+        self.sampling = sampling
         kind = spec_type(mode)
         self.port = _free_port()
         args = [
@@ -130,15 +137,14 @@ class LlamaServerBaseline:
         )
 
     def run(self, prompt: Prompt, tokens: Sequence[int], repeat: int, max_tokens: int) -> Run:
-        """Generate greedily from ``tokens``, from a cold cache."""
-        body = {
+        """Generate from ``tokens`` (greedy or sampled), from a cold cache."""
+        body: dict[str, object] = {
             "prompt": list(tokens),
             "n_predict": max_tokens,
-            "samplers": ["top_k"],
-            "top_k": 1,
             "cache_prompt": False,
             "return_tokens": True,
             "stream": False,
+            **self._sampler_fields(),
         }
         t0 = time.perf_counter()
         try:
@@ -170,6 +176,23 @@ class LlamaServerBaseline:
             drafted=drafted,
             accepted=accepted,
         )
+
+    def _sampler_fields(self) -> dict[str, object]:
+        """The request's sampler chain and parameters (see the module docstring)."""
+        s = self.sampling
+        if s.greedy:
+            return {"samplers": ["top_k"], "top_k": 1}
+        fields: dict[str, object] = {
+            "samplers": ["top_k", "top_p", "min_p", "temperature"],
+            "temperature": s.temperature,
+            "top_k": s.top_k,  # 0: off, as in llama.cpp
+            "top_p": s.top_p,
+            "min_p": s.min_p,
+        }
+        seed = llama_seed(s)
+        if seed is not None:  # left out: the server's own random seed
+            fields["seed"] = seed
+        return fields
 
     def close(self) -> None:
         self.client.close()

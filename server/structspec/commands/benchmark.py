@@ -1,4 +1,12 @@
-"""``structspec benchmark``: decoding modes side by side on the same prompts, in one run."""
+"""``structspec benchmark``: decoding modes side by side on the same prompts, in one run.
+
+``--temperature`` above 0 (with ``--top-k``, ``--top-p``, ``--min-p``,
+``--seed``, the flags of ``structspec run``) benchmarks sampling: every mode
+samples with those parameters, ``greedy`` becoming plain sampling (no drafts),
+the base of the speed ratios (``bench/harness.py``). Sampled output has no
+argmax to check, so the teacher-forced exactness check gives way to a pointer
+to the tests that prove the distribution (``SAMPLING_PROOF``).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from structspec.bench.harness import (
+    GREEDY,
     MODES,
     BaselineError,
     Exactness,
@@ -36,7 +45,13 @@ from structspec.bench.llama_server import (
     spec_type,
 )
 from structspec.bench.suites import SuiteError, load_suite
-from structspec.commands.common import add_model_arguments, check_writable, settings_from_args
+from structspec.commands.common import (
+    add_model_arguments,
+    add_sampling_arguments,
+    check_writable,
+    sampling_from_args,
+    settings_from_args,
+)
 from structspec.config import SOURCE_NAMES, resolve_sources
 from structspec.errors import UserError
 from structspec.model.extras import gguf_extras
@@ -45,7 +60,18 @@ if TYPE_CHECKING:
     from structspec.bench.suites import Prompt
     from structspec.config import Settings
     from structspec.engine.decode import Engine
+    from structspec.engine.sampling import Sampling
     from structspec.model.base import Model
+
+#: Where the distribution of speculative sampling is proven (sampled output
+#: cannot be checked token by token against an argmax).
+SAMPLING_PROOF = (
+    "tests/engine/test_sampling.py::test_speculative_sampling_has_the_exact_distribution "
+    "(chi-square against the exact distribution, on the stand-in model)"
+)
+#: The suites whose prompts the modes decode side by side (the others replay an
+#: editor or fill single lines, greedily).
+SAMPLED_SUITES = "humaneval, mixed and jsonl:PATH"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -67,11 +93,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default 7000, about 2,000 tokens; 16000 is about 4,000)",
     )
     p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt (default 128)")
+    add_sampling_arguments(p)  # temperature > 0: every mode samples, greedy is plain sampling
     p.add_argument("--repeat", type=int, default=1, help="runs per prompt and mode (default 1)")
     p.add_argument(
         "--modes",
         default=",".join(MODES),
-        help="comma-separated: greedy,structspec,pld, structspec:NAME+NAME for "
+        help="comma-separated: greedy (no drafts; with --temperature: plain sampling), "
+        "structspec,pld, structspec:NAME+NAME for "
         "structspec with only those draft sources (an ablation, e.g. structspec:lookup+rules), "
         "and with --llama-server: llama-server (greedy) and llama-server:TYPE "
         "(its --spec-type TYPE, e.g. llama-server:ngram-mod)",
@@ -88,7 +116,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="draw per-prompt speed ratios and acceptance by draft position (needs matplotlib)",
     )
     p.add_argument(
-        "--no-exactness", action="store_true", help="skip the teacher-forced exactness check"
+        "--no-exactness",
+        action="store_true",
+        help="skip the teacher-forced exactness check (never run when sampling)",
     )
     p.add_argument(
         "--recalibrate",
@@ -175,8 +205,23 @@ def _valid_llama_server(mode: str) -> bool:
     return True
 
 
+def _sampled_elsewhere(args: argparse.Namespace) -> str | None:
+    """What refuses sampling in this invocation (``None``: nothing)."""
+    if args.replay:
+        return "--replay (a recording is of greedy decoding)"
+    if args.record:
+        return "--record (a recording is of greedy decoding)"
+    if args.suite in ("editor", "infill"):
+        return f"the {args.suite} suite (greedy; sampling is benchmarked on {SAMPLED_SUITES})"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     check_writable(args.json_out, args.trace_csv, args.markdown_out, args.plot)  # before the run
+    sampling = sampling_from_args(args)
+    refused = None if sampling.greedy else _sampled_elsewhere(args)
+    if refused:
+        raise UserError(f"--temperature {sampling.temperature} does not apply to {refused}")
     if args.replay:
         return _run_replay(args)
     if args.oracle:
@@ -220,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     model = engine.model
     if args.recalibrate and engine.planner is not None:
         engine.planner.cost = cost_model_for(model, refresh=True)
-    engines = {m: engine for m in ("greedy", "structspec")}
+    engines = {m: engine for m in ("greedy", "structspec")}  # greedy: no drafts
     for mode in modes:
         names = ablation_sources(mode)
         if names is not None:
@@ -232,14 +277,21 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"the {first} mode needs a GGUF model")
     path = str(extras.path) if extras is not None else ""
     if "pld" in modes:
-        pld = PromptLookupBaseline(path, settings.threads, n_ctx=settings.context_size)
+        pld = PromptLookupBaseline(
+            path, settings.threads, n_ctx=settings.context_size, sampling=sampling
+        )
     servers: dict[str, LlamaServerBaseline] = {}
     try:
         for mode in server_modes:
             servers[mode] = LlamaServerBaseline(
-                args.llama_server, mode, path, settings.threads, settings.context_size
+                args.llama_server,
+                mode,
+                path,
+                settings.threads,
+                settings.context_size,
+                sampling=sampling,
             )
-        return _run_suite(args, settings, engines, model, modes, prompts, pld, servers)
+        return _run_suite(args, settings, engines, model, modes, prompts, pld, servers, sampling)
     except LlamaServerError as exc:
         raise UserError(str(exc)) from None
     finally:
@@ -256,12 +308,15 @@ def _run_suite(
     prompts: list[Prompt],
     pld: PromptLookupBaseline | None,
     servers: dict[str, LlamaServerBaseline],
+    sampling: Sampling = GREEDY,
 ) -> int:
     from tqdm import tqdm
 
     runs: list[Run] = []
     baseline_failures: list[str] = []
     prompt_tokens: dict[str, list[int]] = {}
+    # Sampled output has no argmax to be checked against (SAMPLING_PROOF instead).
+    check_exactness = sampling.greedy and not args.no_exactness
     exact = {m: Exactness() for m in modes if not is_external_mode(m)}
     bar = tqdm(
         total=len(prompts) * args.repeat * len(modes),
@@ -287,21 +342,26 @@ def _run_suite(
                     runs.append(servers[mode].run(prompt, tokens, rep, args.max_tokens))
                 else:
                     runs.append(
-                        run_engine(engines[mode], prompt, tokens, mode, rep, args.max_tokens)
+                        run_engine(
+                            engines[mode], prompt, tokens, mode, rep, args.max_tokens, sampling
+                        )
                     )
                 bar.update(1)
-        if not args.no_exactness:
+        if check_exactness:
             for mode in exact:
                 out = next(r.tokens for r in runs if r.prompt_id == prompt.id and r.mode == mode)
                 exact[mode].add(teacher_forced_gaps(model, tokens, out))
     bar.close()
 
-    summary = summarize(runs, modes)
+    summary = summarize(runs, modes, sampling)
+    summary["sampling"] = vars(sampling)
     summary["baseline_failures"] = baseline_failures
-    if not args.no_exactness:
+    if check_exactness:
         summary["exactness"] = {m: vars(e) for m, e in exact.items()}
     command = _command_line()
-    report = _report(command, args, settings.threads, model.name, prompts, runs, summary, modes)
+    report = _report(
+        command, args, settings.threads, model.name, prompts, runs, summary, modes, sampling
+    )
     print(report)
     if args.markdown_out:
         Path(args.markdown_out).write_text(report + "\n", encoding="utf-8")
@@ -310,8 +370,13 @@ def _run_suite(
     if args.trace_csv:
         _write_trace(args.trace_csv, runs)
     if args.plot:
-        _plot(args.plot, runs, summary, modes)
+        _plot(args.plot, runs, summary, modes, sampling)
     return 0
+
+
+def _label(mode: str, sampling: Sampling) -> str:
+    """A mode as reports name it: sampled, ``greedy`` is plain sampling, and says so."""
+    return "plain sampling" if mode == "greedy" and not sampling.greedy else mode
 
 
 def _check_matplotlib() -> None:
@@ -321,7 +386,13 @@ def _check_matplotlib() -> None:
         raise UserError("--plot needs matplotlib: pip install matplotlib") from None
 
 
-def _plot(path: str, runs: list[Run], summary: dict[str, Any], modes: list[str]) -> None:
+def _plot(
+    path: str,
+    runs: list[Run],
+    summary: dict[str, Any],
+    modes: list[str],
+    sampling: Sampling = GREEDY,
+) -> None:
     """Per-prompt speed ratio of each mode against each base, and acceptance by position."""
     import matplotlib
 
@@ -334,7 +405,7 @@ def _plot(path: str, runs: list[Run], summary: dict[str, Any], modes: list[str])
         for base in comparison_bases(modes):
             ratios = summary["modes"][mode].get(f"ratios_vs_{base}")
             if base != mode and ratios:
-                labels.append(f"{mode} vs {base}")
+                labels.append(f"{_label(mode, sampling)} vs {_label(base, sampling)}")
                 data.append(ratios)
     if data:
         left.boxplot(data, showfliers=True)
@@ -345,7 +416,12 @@ def _plot(path: str, runs: list[Run], summary: dict[str, Any], modes: list[str])
     for mode in modes:
         pos = acceptance_by_position([r for r in runs if r.mode == mode])
         if pos:
-            right.plot([p for p, _, _ in pos], [a for _, _, a in pos], marker="o", label=mode)
+            right.plot(
+                [p for p, _, _ in pos],
+                [a for _, _, a in pos],
+                marker="o",
+                label=_label(mode, sampling),
+            )
     right.set_xlabel("position in the draft")
     right.set_ylabel("acceptance")
     right.set_ylim(0, 1)
@@ -370,7 +446,12 @@ def _report(
     runs: list[Run],
     summary: dict[str, Any],
     modes: list[str],
+    sampling: Sampling = GREEDY,
 ) -> str:
+    def label(mode: str) -> str:
+        return _label(mode, sampling)
+
+    base = label("greedy")
     lines = [
         "# structspec benchmark",
         "",
@@ -379,14 +460,15 @@ def _report(
         f"- machine: {_machine()}",
         f"- model: {model_name}, {threads} threads; suite {args.suite}, {len(prompts)} prompts, "
         f"max {args.max_tokens} tokens, {args.repeat} repeat(s)",
+        _decoding_line(sampling),
         "- speed: decode tokens/s after the first token (the prompt's prefill is the same work in "
         "every mode); every run starts from a cold cache; modes interleaved per prompt",
         "",
         "## Summary",
         "",
-        "| mode | tok/s | e2e tok/s | vs greedy (aggregate) "
-        "| vs greedy per prompt: median [p10, min] "
-        "| vs pld (aggregate) | tokens/pass | acceptance | identical to greedy |",
+        f"| mode | tok/s | e2e tok/s | vs {base} (aggregate) "
+        f"| vs {base} per prompt: median [p10, min] "
+        f"| vs pld (aggregate) | tokens/pass | acceptance | identical to {base} |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     n = summary["prompts"]
@@ -396,7 +478,7 @@ def _report(
         per_s = f"{per['median']:.2f} [{per['p10']:.2f}, {per['min']:.2f}]" if per else "-"
         ident = f"{m['identical_to_greedy']}/{n}" if "identical_to_greedy" in m else "-"
         lines.append(
-            f"| {mode} | {m['decode_tps']:.1f} | {m['e2e_tps']:.1f} | "
+            f"| {label(mode)} | {m['decode_tps']:.1f} | {m['e2e_tps']:.1f} | "
             f"{_fmt(m.get('aggregate_vs_greedy'))} | {per_s} | {_fmt(m.get('aggregate_vs_pld'))} | "
             f"{_fmt(m['tokens_per_pass'])} | {_fmt(m['acceptance'])} | {ident} |"
         )
@@ -410,7 +492,7 @@ def _report(
             "End to end: all tokens over the request's wall clock, prefill included "
             "(what a client waits for), aggregate.",
             "",
-            "| mode | " + " | ".join(f"vs {b}" for b in bases) + " |",
+            "| mode | " + " | ".join(f"vs {label(b)}" for b in bases) + " |",
             "| --- | " + " | ".join("---" for _ in bases) + " |",
         ]
         for mode in modes:
@@ -428,15 +510,16 @@ def _report(
                     else f"decode {agg:.2f} ({per['median']:.2f}, {per['min']:.2f}); "
                     f"e2e {_fmt(e2e)}"
                 )
-            lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label(mode)} | " + " | ".join(cells) + " |")
     if args.repeat > 1:
         lines += ["", "Aggregate ratio per repeat (median [min, max]):", ""]
         for mode in modes:
-            for base in comparison_bases(modes):
-                s = summary["modes"][mode].get(f"aggregate_vs_{base}_per_repeat")
+            for b in comparison_bases(modes):
+                s = summary["modes"][mode].get(f"aggregate_vs_{b}_per_repeat")
                 if s:
                     lines.append(
-                        f"- {mode} vs {base}: {s['median']:.2f} [{s['min']:.2f}, {s['max']:.2f}]"
+                        f"- {label(mode)} vs {label(b)}: "
+                        f"{s['median']:.2f} [{s['min']:.2f}, {s['max']:.2f}]"
                     )
     failures = summary.get("baseline_failures") or []
     if failures:
@@ -463,6 +546,8 @@ def _report(
                 f"| {name} | {s['drafted']} | {s['accepted']} | {s['acceptance']:.2f} | "
                 f"{s['share_of_accepted']:.2f} |"
             )
+    if not sampling.greedy:
+        lines += ["", "## Exactness", "", *_sampled_exactness(summary, modes)]
     if "exactness" in summary:
         lines += [
             "",
@@ -486,8 +571,8 @@ def _report(
         "## Per prompt",
         "",
         "| prompt | "
-        + " | ".join(f"{m} tok/s" for m in modes)
-        + (" | structspec / greedy" if {"structspec", "greedy"} <= set(modes) else "")
+        + " | ".join(f"{label(m)} tok/s" for m in modes)
+        + (f" | structspec / {base}" if {"structspec", "greedy"} <= set(modes) else "")
         + " |",
         "| --- | "
         + " | ".join("---" for _ in modes)
@@ -506,6 +591,44 @@ def _report(
             row += f" | {meds['structspec'] / meds['greedy']:.2f}"
         lines.append(row + " |")
     return "\n".join(lines)
+
+
+def _decoding_line(sampling: Sampling) -> str:
+    """The report header's line on how every mode chose its tokens."""
+    if sampling.greedy:
+        return "- decoding: greedy (temperature 0) in every mode"
+    s = sampling
+    seed = "none (random: texts not comparable)" if s.seed is None else str(s.seed)
+    return (
+        f"- sampling, in every mode: temperature {s.temperature:g}, "
+        f"top_k {s.top_k}{' (off)' if s.top_k == 0 else ''}, "
+        f"top_p {s.top_p:g}{' (off)' if s.top_p == 1 else ''}, "
+        f"min_p {s.min_p:g}{' (off)' if s.min_p == 0 else ''}, seed {seed}; "
+        "plain sampling is the engine with no drafts (mode `greedy`), the base of the ratios"
+    )
+
+
+def _sampled_exactness(summary: dict[str, Any], modes: list[str]) -> list[str]:
+    """What stands for the teacher-forced check when the output is sampled."""
+    lines = [
+        "- teacher-forced check: not applicable to sampled output; speculative sampling's "
+        f"distribution is proven in {SAMPLING_PROOF}",
+    ]
+    n = summary["prompts"]
+    same = [
+        f"{mode} {m['identical_to_greedy']}/{n}"
+        for mode in modes
+        if "identical_to_greedy" in (m := summary["modes"][mode])
+    ]
+    if same:
+        lines.append(
+            f"- same seed, same text as plain sampling, prompts: {', '.join(same)} (on a GGUF "
+            "model the batch shape moves the logits a little, so a sampled token can differ: "
+            "reported, not a failure)"
+        )
+    if summary["sampling"]["seed"] is None:
+        lines.append("- no --seed: every run drew its own random numbers; texts not compared")
+    return lines
 
 
 def _write_json(

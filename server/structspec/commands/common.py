@@ -10,6 +10,7 @@ from typing import Any
 
 from structspec.cli import UserError
 from structspec.config import SOURCE_NAMES, LoadedSettings, load_settings
+from structspec.engine.sampling import Sampling
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +28,35 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rules-file", help="rules mined with `structspec mine` (default: the packaged rules)"
     )
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--temperature``, ``--top-k``, ``--top-p``, ``--min-p``, ``--seed``.
+
+    The names are those of ``structspec.engine.sampling.Sampling`` (and of the
+    HTTP API's fields); ``sampling_from_args`` validates them.
+    """
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="0 (default): greedy; above 0: sample"
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=0, help="sample from the k most likely (0: off)"
+    )
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
+    parser.add_argument(
+        "--min-p", type=float, default=0.0, help="drop tokens below min-p x the best (0: off)"
+    )
+    parser.add_argument(
+        "--seed", type=int, help="sampling seed (the same seed gives the same text)"
+    )
+
+
+def sampling_from_args(args: argparse.Namespace) -> Sampling:
+    """The ``Sampling`` of ``add_sampling_arguments``' flags; ``UserError`` names a bad one."""
+    try:
+        return Sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+    except ValueError as exc:  # before any model loads
+        raise UserError(str(exc)) from None
 
 
 def settings_from_args(args: argparse.Namespace, **extra: Any) -> LoadedSettings:

@@ -15,9 +15,13 @@ import sys
 from pathlib import Path
 
 from structspec.cli import UserError
-from structspec.commands.common import add_model_arguments, settings_from_args
+from structspec.commands.common import (
+    add_model_arguments,
+    add_sampling_arguments,
+    sampling_from_args,
+    settings_from_args,
+)
 from structspec.engine.decode import GenerationOptions
-from structspec.engine.sampling import Sampling
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,15 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="finish a word the prompt ends inside (default: on)",
     )
-    p.add_argument(
-        "--temperature", type=float, default=0.0, help="0 (default): greedy; above 0: sample"
-    )
-    p.add_argument("--top-k", type=int, default=0, help="sample from the k most likely (0: off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
-    p.add_argument(
-        "--min-p", type=float, default=0.0, help="drop tokens below min-p x the best (0: off)"
-    )
-    p.add_argument("--seed", type=int, help="sampling seed (the same seed gives the same text)")
+    add_sampling_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object with stats")
     p.set_defaults(func=run)
 
@@ -67,10 +63,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(
         args, max_tokens=args.max_tokens, token_healing=args.token_healing
     ).settings
-    try:
-        sampling = Sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
-    except ValueError as exc:  # before the model loads
-        raise UserError(str(exc)) from None
+    sampling = sampling_from_args(args)  # before the model loads
     options = GenerationOptions(
         max_tokens=settings.max_tokens,
         stop=tuple(args.stop),
