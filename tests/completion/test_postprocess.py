@@ -126,10 +126,13 @@ def test_loop_start_finds_a_line_ending_in_a_repeated_pattern() -> None:
     unit = "ab"
     assert loop_start(unit * (LOOP_CHARS // 2)) == 0
     assert loop_start(unit * (LOOP_CHARS // 2 - 1)) is None  # too short to be a loop
+    from structspec.completion.suggest import LOOP_RUN_CHARS
+
+    assert loop_start("x\n/" + "*" * LOOP_RUN_CHARS) == 2  # one character, on and on
     # Ordinary code that repeats: separators, short runs, a loop on an earlier line.
     for fine in (
         "# " + "-" * 78,
-        "# " + "=" * 200,
+        "# " + "=" * (LOOP_RUN_CHARS - 1),
         "zeros = [0, 0, 0, 0, 0, 0]",
         'x = "bc", "bc", "bc"',
         '"bc", ' * 20 + "\nnext = 1",

@@ -64,6 +64,7 @@ from structspec.bench.harness import Exactness, percentile
 from structspec.bench.mixed import EXTENSIONS, collect
 from structspec.completion.suggest import CursorContext
 from structspec.completion.trace import TRACE_ENV
+from structspec.completion.types import ERROR, IDLE, NOT_LOADED
 from structspec.config import Settings
 
 if TYPE_CHECKING:
@@ -478,10 +479,14 @@ class _Replay:
         self.client.notify("initialized", {})
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
+            # Loaded, and its warm-up (the healing index) done: a status before the
+            # server has even started loading says "idle" too, hence the model name.
             status = await self.status()
-            if status.get("state") != "busy":
+            if status.get("state") == ERROR:
+                raise RuntimeError(f"the server could not load the model: {status}")
+            if status.get("state") == IDLE and status.get("model") not in (None, NOT_LOADED):
                 return
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.1)
         raise TimeoutError("the model did not load in time")
 
     async def status(self) -> dict[str, Any]:

@@ -98,6 +98,7 @@ from structspec.completion.types import (
     BUSY,
     ERROR,
     IDLE,
+    NOT_LOADED,
     CompletionRequest,
     Status,
     Suggestion,
@@ -242,7 +243,7 @@ class CompletionService:
         self._state = IDLE
         self._message = ""
         self._draft_languages: dict[str, str] = {}  # uri -> languageId the sources see
-        self._model_name = "not loaded"
+        self._model_name = NOT_LOADED
         #: The model and engine keys the last warm-up was queued for (``None``: never).
         self._warm_keys: tuple[object, object] | None = None
         self._warm_queued = False

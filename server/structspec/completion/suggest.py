@@ -292,10 +292,12 @@ def _repeats_following(text: str, ctx: CursorContext) -> bool:
 
 #: A loop: a unit of at least two different characters repeated at least
 #: ``LOOP_REPEATS`` times in a row at the end of a line, covering at least
-#: ``LOOP_CHARS`` characters. One repeated character (``# -----``) and short
-#: runs (``0, 0, 0``) are ordinary code.
+#: ``LOOP_CHARS`` characters, or one character repeated ``LOOP_RUN_CHARS``
+#: times (longer than any separator line, ``# -----``, of a 120-column file).
+#: Short runs (``0, 0, 0``) are ordinary code.
 LOOP_REPEATS = 4
 LOOP_CHARS = 40
+LOOP_RUN_CHARS = 121
 #: Characters at the end of a line looked at (bounds the work of each check).
 _LOOP_WINDOW = 480
 
@@ -304,6 +306,8 @@ def loop_start(text: str) -> int | None:
     """Start of ``text``'s last line when that line ends in a loop (see above), else ``None``."""
     start = text.rfind("\n") + 1
     line = text[max(start, len(text) - _LOOP_WINDOW) :].rstrip()
+    if len(line) >= LOOP_RUN_CHARS and line.endswith(line[-1] * LOOP_RUN_CHARS):
+        return start
     for period in range(2, len(line) // LOOP_REPEATS + 1):
         unit = line[-period:]
         repeats = max(LOOP_REPEATS, -(-LOOP_CHARS // period))

@@ -15,6 +15,8 @@ from structspec.engine.stats import GenerationStats
 IDLE = "idle"
 BUSY = "busy"
 ERROR = "error"
+#: ``Status.model`` until a model is loaded.
+NOT_LOADED = "not loaded"
 
 
 @dataclass(frozen=True)
