@@ -181,8 +181,11 @@ def test_plot_is_drawn(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
-@pytest.mark.model
-def test_llama_server_mode_side_by_side_on_the_default_model(tmp_path):
+def one_prompt_run(tmp_path, modes: str, *args):
+    """``benchmark`` of one prompt on the default model beside the fake llama-server.
+
+    Returns the process, its JSON output path and the fake server's request log.
+    """
     exe, log = fake_server(tmp_path)
     suite = tmp_path / "s.jsonl"
     suite.write_text('{"id": "a", "prompt": "def add(a, b):\\n"}\n')
@@ -191,15 +194,22 @@ def test_llama_server_mode_side_by_side_on_the_default_model(tmp_path):
         "--suite",
         f"jsonl:{suite}",
         "--modes",
-        "greedy,structspec,llama-server:ngram-mod",
+        modes,
         "--llama-server",
         exe,
         "--max-tokens",
         8,
-        "--threads",
-        2,
+        *args,
         "--json-out",
         out,
+    )
+    return p, out, log
+
+
+@pytest.mark.model
+def test_llama_server_mode_side_by_side_on_the_default_model(tmp_path):
+    p, out, log = one_prompt_run(
+        tmp_path, "greedy,structspec,llama-server:ngram-mod", "--threads", 2
     )
     assert p.returncode == 0, p.stderr
     modes = json.loads(out.read_text())["summary"]["modes"]
@@ -231,19 +241,9 @@ def test_sampled_request_names_the_engines_sampler_chain(tmp_path):
 
 @pytest.mark.model
 def test_every_mode_samples_on_the_default_model(tmp_path):
-    exe, log = fake_server(tmp_path)
-    suite = tmp_path / "s.jsonl"
-    suite.write_text('{"id": "a", "prompt": "def add(a, b):\\n"}\n')
-    out = tmp_path / "out.json"
-    p = benchmark(
-        "--suite",
-        f"jsonl:{suite}",
-        "--modes",
+    p, out, log = one_prompt_run(
+        tmp_path,
         "greedy,structspec,pld,llama-server",
-        "--llama-server",
-        exe,
-        "--max-tokens",
-        8,
         "--threads",
         1,  # llama-cpp-python's fixed threads crawl on a busy machine
         "--temperature",
@@ -252,8 +252,6 @@ def test_every_mode_samples_on_the_default_model(tmp_path):
         0.9,
         "--seed",
         1,
-        "--json-out",
-        out,
     )
     assert p.returncode == 0, p.stderr
     data = json.loads(out.read_text())
