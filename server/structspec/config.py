@@ -49,7 +49,8 @@ class Settings:
     context_size: int = 4096
     window_tokens: int = 1536  # most prompt tokens of the file before the cursor; 0: what fits
     max_tokens: int = 128
-    max_latency_ms: int = 1500
+    max_latency_ms: int = 1500  # a prompt evaluation past this (from the keystroke) stops
+    max_generation_ms: int = 250  # then the model writes until the end of a word
     debounce_ms: int = 60  # the longest wait before asking the model (completion/debounce.py)
     languages: tuple[str, ...] = ()  # LSP languageIds to complete; empty: all
     sources: tuple[str, ...] = ("all",)
@@ -70,6 +71,7 @@ _BOUNDS: dict[str, tuple[int, int]] = {
     "window_tokens": (0, 131072),
     "max_tokens": (1, 8192),
     "max_latency_ms": (10, 600_000),
+    "max_generation_ms": (10, 600_000),
     "debounce_ms": (0, 10_000),
 }
 

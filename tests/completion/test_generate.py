@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
 
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
-from structspec.completion.generate import CompletionInput, continue_generation, run_completion
+from structspec.completion.generate import (
+    CompletionInput,
+    continue_generation,
+    run_completion,
+    word_end,
+)
 from structspec.completion.prompt import PromptBuilder
 from structspec.completion.snippets import SnippetChooser
 from structspec.completion.suggest import BLOCK, CursorContext
@@ -84,11 +90,34 @@ def test_a_block_answers_its_first_line_and_the_continuation_holds_the_rest() ->
     assert continue_generation(engine, CorpusCache(), job, whole, 0)[0].tokens == ()
 
 
-def test_max_latency_finishes_the_line_being_written_and_stops() -> None:
-    """Past the budget from the first pass: exactly the first line, not nothing."""
-    settings = Settings(model="standin", max_tokens=64, max_latency_ms=10, sources=("lookup",))
-    _, outcome = complete(ScriptedModel(SCRIPT), settings, clock=lambda: 3600.0)
-    assert outcome.text == "x = 1"
+def test_word_end_is_known_only_once_the_next_character_is_written() -> None:
+    assert word_end("x = alpha", 0) == 1
+    assert word_end("x = alpha", 2) is None  # "alpha" may go on
+    assert word_end("foo(bar", 4) is None  # "bar" may go on
+    assert word_end("foo(bar)", 4) == 7
+    assert word_end("ab\ncd", 0) == 2  # a line's end is a word's end
+    assert word_end("((", 0) is None
+
+
+def test_past_the_generation_budget_the_word_being_written_is_finished() -> None:
+    """The suggestion ends at the first word end after the budget; the continuation keeps going."""
+    line = "total = compute_something(alpha, beta) + gamma\n"
+    text = "def f():\n    return g(1)\n\nx = "
+    settings = Settings(
+        model="standin", max_tokens=64, max_generation_ms=10, speculative=False, sources=("lookup",)
+    )
+    ticks = iter(range(10_000))
+    clock = lambda: next(ticks) * 0.004  # noqa: E731 - 4 ms per look at the clock
+    _, outcome = complete(ScriptedModel(line), settings, clock=clock, text=text)
+    assert outcome.text is not None and outcome.text
+    assert line.startswith(outcome.text) and len(outcome.text) < len(line) - 1
+    assert not outcome.text[-1:].isspace() and not line[len(outcome.text)].isalnum()
+    cont = outcome.continuation
+    assert cont is not None and cont.text.startswith(outcome.text)
+    # Without the budget the whole line comes back.
+    unbounded = dataclasses.replace(settings, max_generation_ms=600_000)
+    _, whole = complete(ScriptedModel(line), unbounded, clock=clock, text=text)
+    assert whole.text == line.rstrip("\n")
 
 
 def test_cancelled_before_generating_returns_nothing() -> None:

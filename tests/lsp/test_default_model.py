@@ -44,7 +44,9 @@ def rectangle_area(width, height):
 )
 async def real(lsp_client: LanguageClient):
     result = await lsp_client.initialize_session(
-        init_params({"debounceMs": 0, "maxTokens": 32, "maxLatencyMs": 60_000})
+        init_params(
+            {"debounceMs": 0, "maxTokens": 32, "maxLatencyMs": 60_000, "maxGenerationMs": 60_000}
+        )
     )
     lsp_client.server_capabilities = result.capabilities  # type: ignore[attr-defined]
     yield
@@ -114,7 +116,14 @@ async def test_alternating_documents_keep_their_caches():
 
     # No latency budget here (it holds during prefill too): this test is about the caches.
     svc = CompletionService(
-        Settings(model="", threads=2, debounce_ms=0, max_tokens=4, max_latency_ms=600_000)
+        Settings(
+            model="",
+            threads=2,
+            debounce_ms=0,
+            max_tokens=4,
+            max_latency_ms=600_000,
+            max_generation_ms=600_000,
+        )
     )
     a = CODE
     b = "".join(f"const value{i} = compute({i});\n" for i in range(40)) + "const total = "

@@ -43,6 +43,7 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'windowTokens', kind: 'integer', min: 0, max: 131072, restart: false },
   { key: 'maxTokens', kind: 'integer', min: 1, max: 8192, restart: false },
   { key: 'maxLatencyMs', kind: 'integer', min: 10, max: 600000, restart: false },
+  { key: 'maxGenerationMs', kind: 'integer', min: 10, max: 600000, restart: false },
   { key: 'debounceMs', kind: 'integer', min: 0, max: 10000, restart: false },
   { key: 'languages', kind: 'stringList', restart: false },
   // Source names are the server's to check (it warns about and ignores unknown ones).

@@ -333,6 +333,8 @@ class Answer(NamedTuple):
     ms: float
     cached: bool
     shown: bool
+    #: Characters of the suggestion's ``insertText`` (0 when none was shown).
+    chars: int = 0
 
 
 def split_answers(answers: Sequence[Answer]) -> dict[str, dict[str, float]]:
@@ -374,6 +376,7 @@ class ConfigResult:
             "next_line": split_answers(self.next_line),
             "no_suggestion_points": self.no_suggestion_points,
             "suggestions": sum(a.shown for a in self.keys),
+            "suggestion_chars_p50": percentile([a.chars for a in self.keys if a.shown], 50),
             "tokens_per_second": stats.get("tokensPerSecond", 0.0),
             "model_suggestions": stats.get("shown", 0),
             "served_without_model": without_model(stats),
@@ -550,8 +553,10 @@ class _Replay:
         ms = (time.perf_counter() - t0) * 1000.0
         served = without_model((await self.status()).get("stats", {}))  # not timed
         cached, self.served = served > self.served, served
-        shown = bool(isinstance(answer, dict) and answer.get("items"))
-        return Answer(ms, cached, shown), answer
+        items = answer.get("items") if isinstance(answer, dict) else None
+        text = items[0].get("insertText") if items and isinstance(items[0], dict) else None
+        chars = len(text) if isinstance(text, str) else 0
+        return Answer(ms, cached, bool(items), chars), answer
 
     async def _edit(self, uri: str, offset: int, inserted: str) -> tuple[Answer, Any]:
         """Insert ``inserted`` at ``offset`` (a keystroke) and ask at its end, timed."""
@@ -770,6 +775,14 @@ def run_editor_benchmark(
     out(
         "(model: answers the model computed; cache: answers served without it, typed through "
         "or pre-generated; target: p50 <= 120 ms, p95 <= 350 ms)"
+    )
+    out(
+        "suggestions shown after a keystroke: "
+        + ", ".join(
+            f"{name} {s['suggestions']} of {s['keystrokes']} "
+            f"(median {s['suggestion_chars_p50']:.0f} characters)"
+            for name, s in summaries.items()
+        )
     )
     s_, g = summaries["structspec"], summaries["greedy"]
     ratio = s_["tokens_per_second"] / g["tokens_per_second"] if g["tokens_per_second"] else 0.0

@@ -58,7 +58,12 @@ Out = Callable[[str], None]
 TYPED = 3
 #: Settings of both servers. The latency budget is wide so that what is measured
 #: is the model's answer, not where a budget cut it off (latency is reported).
-OPTIONS: dict[str, Any] = {"debounceMs": 0, "maxTokens": 48, "maxLatencyMs": 20000}
+OPTIONS: dict[str, Any] = {
+    "debounceMs": 0,
+    "maxTokens": 48,
+    "maxLatencyMs": 20000,
+    "maxGenerationMs": 20000,
+}
 CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("no context", {"projectContext": False}),
     ("project context", {"projectContext": True}),

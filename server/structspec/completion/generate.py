@@ -8,14 +8,16 @@ engine, and returns the cleaned suggestion text:
    document through ``cut_hint``), with snippets of the other open documents
    before it when ``project_context`` is on (``snippets``);
 2. the corpus of the open buffers, when an enabled draft source reads one;
-3. the prompt's prefill in chunks (``prewarm``), which stops once the latency
-   budget is spent: what was evaluated stays cached, the request answers
-   nothing and the service finishes the prefill when the user pauses;
+3. the prompt's prefill in chunks (``prewarm``), which stops once
+   ``max_latency_ms`` has passed since the request: what was evaluated stays
+   cached, the request answers nothing and the service finishes the prefill
+   when the user pauses;
 4. the engine's stream, stopped by the single-line/block mode, by
-   cancellation between passes, and by the latency budget: once
-   ``max_latency_ms`` has passed since the request, the line being written is
-   finished and the rest dropped. A block answers with its first line as soon
-   as that line is complete: the rest comes from pre-generation;
+   cancellation between passes, and by the generation budget: once the model
+   has written for ``max_generation_ms``, the word being written is finished
+   and the suggestion ends there. A block answers with its first line as soon
+   as that line is complete. Either way the rest comes from pre-generation
+   (the outcome's continuation holds every token written);
 5. clean-up (``suggest``).
 
 The outcome carries the model's output as a ``Continuation`` (the tokens
@@ -104,6 +106,22 @@ def first_line_done(text: str) -> int | None:
     return None
 
 
+def word_end(text: str, start: int) -> int | None:
+    """The first end of a word or line in ``text`` at or after ``start``, once it is written.
+
+    A word ends where a word character is followed by anything else; a line
+    ends at its newline. ``None`` while the text after ``start`` has neither.
+    """
+    for i in range(max(start, 1), len(text)):
+        if text[i] == "\n" or (_is_word(text[i - 1]) and not _is_word(text[i])):
+            return i
+    return None
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
 def extension(engine: Engine, result: GenerationResult) -> Extension:
     """What a generation wrote at the cursor (the bytes token healing took back excluded)."""
     data = b"".join(engine.model.token_bytes(t) for t in result.tokens)
@@ -170,17 +188,18 @@ def run_completion(
         return Outcome(cancelled=True, cut=prompt.cut)
     if not settings.prefix_reuse:
         model.truncate(0)  # evaluate the whole prompt again (the benchmark's baseline)
-    budget = settings.max_latency_ms / 1000.0
+    prefill_budget = settings.max_latency_ms / 1000.0
     reused = reusable_prefix(model, prompt.tokens[:-1])
     t_prefill = clock()
     if not prefill_in_chunks(
         model,
         prompt.tokens[:-1],
-        lambda: cancelled() or clock() - job.t0 > budget,
+        lambda: cancelled() or clock() - job.t0 > prefill_budget,
         leave=PREFILL_CHUNK,  # the engine evaluates the last chunk itself
     ):
         return Outcome(cancelled=cancelled(), cut=prompt.cut, unfinished=not cancelled())
     generation_start = clock()
+    generation_budget = settings.max_generation_ms / 1000.0
     mode = job.cursor.mode
     options = GenerationOptions(
         max_tokens=settings.max_tokens,
@@ -220,13 +239,11 @@ def run_completion(
                     text = text if line_end is None else text[:line_end]
                     early = True
                     break
-            if mark is None and clock() - job.t0 > budget:
-                mark = before  # finish the line being written, then stop
-            if mark is not None:
-                newline = text.find("\n", mark)
-                if newline >= 0:
-                    text, early = text[:newline], True
-                    break
+            if mark is None and clock() - generation_start > generation_budget:
+                mark = before  # finish the word being written, then stop
+            if mark is not None and (end := word_end(text, mark)) is not None:
+                text, early = text[:end], True
+                break
     finally:
         # Closing the generator ends the generation now (its result is final).
         steps.close()  # type: ignore[attr-defined]

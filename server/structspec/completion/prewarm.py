@@ -7,7 +7,7 @@ things need that evaluation to stop part-way without losing what was done:
   somewhere else, its prompt window is evaluated into a KV slot in the
   background so that the first suggestion there does not pay the whole
   prefill. A real request abandons it between two chunks.
-- **The latency budget** (``maxLatencyMs``). A request whose prefill would run
+- **The prompt budget** (``maxLatencyMs``). A request whose prefill would run
   past the budget stops between chunks and answers nothing; what was evaluated
   stays cached, so the next keystroke continues where this one stopped.
 
