@@ -32,12 +32,13 @@ from structspec.engine.control import (
     CostModel,
     DraftPlanner,
     MarginGate,
+    ThreadCosts,
     TokenClassGate,
     measure_cost,
 )
 from structspec.engine.decode import Engine
 from structspec.model.base import Model, ModelError
-from structspec.model.extras import GGUFModel, gguf_extras
+from structspec.model.extras import GGUFModel, gguf_extras, threaded
 from structspec.model.standin import StandInModel
 
 Announce = Callable[[str], None]
@@ -85,19 +86,25 @@ def open_model(
 
 
 def cost_model_for(
-    model: Model, announce: Announce | None = _stderr, *, refresh: bool = False
+    model: Model,
+    announce: Announce | None = _stderr,
+    *,
+    refresh: bool = False,
+    threads: int | None = None,
 ) -> CostModel:
-    """The verification cost table of ``model`` on this machine.
+    """The verification cost table of ``model`` on this machine, on ``threads`` threads.
 
     A GGUF model's table is measured once per model file, thread count, machine
     and llama.cpp version, then read from the user's cache directory
-    (``refresh`` measures again). The stand-in is a CPU-free toy: it gets a
-    CPU-like table so that draft control is exercised.
+    (``refresh`` measures again). ``threads`` (default: all the model's) pins
+    the decodes of the measurement to that many. The stand-in is a CPU-free
+    toy: it gets a CPU-like table so that draft control is exercised.
     """
     extras = gguf_extras(model)
     if extras is None:
         return CostModel(tuple(1.0 + 0.35 * (n - 1) for n in range(1, 17)))
-    path = _cost_cache_path(extras)
+    threads = extras.threads if threads is None else threads
+    path = _cost_cache_path(extras, threads)
     if not refresh and path.is_file():
         try:
             data = json.loads(path.read_text())
@@ -105,16 +112,37 @@ def cost_model_for(
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache is measured again
     if announce is not None:
-        announce("structspec: measuring verification cost on this machine (once per model)")
-    cost = measure_verify_cost(model)
+        on = "" if threads == extras.threads else f" on {threads} thread(s)"
+        announce(f"structspec: measuring verification cost on this machine{on} (once per model)")
+    pinning = threaded(model)
+    if pinning is not None:
+        with pinning.threads_pinned(threads):
+            cost = measure_verify_cost(model)
+    else:
+        cost = measure_verify_cost(model)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(
-            json.dumps({"model": str(extras.path), "threads": extras.threads, "ms": list(cost.ms)})
+            json.dumps({"model": str(extras.path), "threads": threads, "ms": list(cost.ms)})
         )
     except OSError:
         pass  # no cache: measured again next time
     return cost
+
+
+def thread_costs_for(
+    model: Model, cost: CostModel, announce: Announce | None = _stderr, *, refresh: bool = False
+) -> ThreadCosts | None:
+    """Cost tables that follow the model's thread count (``ThreadCosts``), if it can vary.
+
+    ``cost`` is the all-threads table; the one-thread table is measured (once,
+    cached) here.
+    """
+    model_threads = threaded(model)
+    if model_threads is None or model_threads.threads < 2:
+        return None
+    one = cost_model_for(model, announce, refresh=refresh, threads=1)
+    return ThreadCosts(model_threads.threads, cost, one, lambda: model_threads.decode_threads)
 
 
 def measure_verify_cost(model: Model) -> CostModel:
@@ -145,7 +173,7 @@ def cpu_name() -> str:
     return cpu
 
 
-def _cost_cache_path(model: GGUFModel) -> Path:
+def _cost_cache_path(model: GGUFModel, threads: int) -> Path:
     st = model.path.stat()
     cpu = cpu_name()
     import llama_cpp
@@ -155,7 +183,7 @@ def _cost_cache_path(model: GGUFModel) -> Path:
             model.path.name,
             st.st_size,
             int(st.st_mtime),
-            model.threads,
+            threads,
             os.cpu_count(),
             cpu,
             llama_cpp.__version__,
@@ -191,7 +219,10 @@ def load_engine(
             threads=settings.threads,
             announce=announce,
         )
-    return assemble_engine(model, settings, cost_model_for(model, announce), sources=sources)
+    cost = cost_model_for(model, announce)
+    return assemble_engine(
+        model, settings, cost, sources=sources, costs=thread_costs_for(model, cost, announce)
+    )
 
 
 def assemble_engine(
@@ -201,16 +232,19 @@ def assemble_engine(
     *,
     sources: Sequence[str] | None = None,
     built: Sequence[DraftSource] | None = None,
+    costs: ThreadCosts | None = None,
 ) -> Engine:
     """The engine of ``settings`` over an open ``model`` with the cost table ``cost``.
 
     ``built`` uses sources built already; otherwise ``sources`` (default: the
-    settings') are built here, and a source that cannot be raises.
+    settings') are built here, and a source that cannot be raises. ``costs``:
+    tables by thread count (``thread_costs_for``) replace ``cost`` while the
+    model decodes on fewer threads.
     """
     if built is None:
         names = settings.source_names() if sources is None else tuple(sources)
         built = build_sources(names, model, rules_file=settings.rules_file)
-    return Engine(model, built, make_planner(cost, built), policy=domain_policy)
+    return Engine(model, built, make_planner(cost, built), policy=domain_policy, costs=costs)
 
 
 def build_available_sources(
@@ -252,4 +286,6 @@ def load_available_engine(
 ) -> tuple[Engine, list[str]]:
     """The engine of ``settings`` with every source that can be built (built once), and warnings."""
     built, warnings = build_available_sources(settings, model)
-    return assemble_engine(model, settings, cost_model_for(model, announce), built=built), warnings
+    cost = cost_model_for(model, announce)
+    costs = thread_costs_for(model, cost, announce)
+    return assemble_engine(model, settings, cost, built=built, costs=costs), warnings

@@ -10,6 +10,7 @@ from structspec.engine.control import (
     CostModel,
     DraftPlanner,
     MarginGate,
+    ThreadCosts,
     measure_cost,
 )
 from structspec.model.standin import StandInModel
@@ -69,6 +70,21 @@ def test_measure_cost_times_each_row_count():
     seen = []
     cost = measure_cost(lambda n: seen.append(n), rows=4, reps=2)
     assert cost.max_rows == 4 and seen.count(3) == 2
+
+
+def test_thread_costs_follow_the_thread_count():
+    full = CostModel((10.0, 20.0, 30.0, 40.0))
+    one = CostModel((12.0, 40.0, 70.0, 100.0))
+    threads = [4]
+    costs = ThreadCosts(4, full, one, lambda: threads[0])
+    assert costs.current() is full
+    threads[0] = 1
+    assert costs.current() is one
+    threads[0] = 3  # two thirds of the way from one thread to four, row by row
+    assert costs.current().ms == pytest.approx((32 / 3, 80 / 3, 130 / 3, 60.0))
+    assert costs.current() is costs.current()  # computed once per count
+    threads[0] = 9  # above the most: the all-threads table
+    assert costs.current() is full
 
 
 def test_adaptive_k_learns_per_position():

@@ -21,6 +21,7 @@ from structspec.drafts.nearby import NearbySource
 from structspec.drafts.recycle import RecycleSource
 from structspec.drafts.suffix import SuffixSource
 from structspec.engine import CostModel, DraftPlanner, Engine, GenerationOptions
+from structspec.engine.control import ThreadCosts
 from structspec.model.standin import EOS, StandInModel
 
 ALPHABET = "ab(): \n=x"
@@ -226,6 +227,26 @@ def test_cache_is_consistent_after_generation_and_reused():
     second = engine.generate(tokens + first.tokens[:10], GenerationOptions(max_tokens=5))
     assert second.stats.reused_tokens == len(tokens) + 10 - 1
     assert second.tokens == first.tokens[10:15]
+
+
+def test_on_fewer_threads_the_planner_judges_drafts_by_their_table():
+    """A table where extra rows cost far more (one thread) stops drafts; the text is the same."""
+    model = model_for(3, eos_bias=-5.0)
+    tokens = model.tokenize("x = a\nx = a\nx")
+    ref = greedy(model, tokens, GenerationOptions(max_tokens=40))
+    oracle = OracleSource(ref.tokens, len(tokens), 4, 99, 0)
+    cheap = CostModel.linear(10.0, 1.0)
+    dear = CostModel.linear(10.0, 100.0)
+    threads = [2]
+    engine = Engine(
+        model, [oracle], DraftPlanner(cheap), costs=ThreadCosts(2, cheap, dear, lambda: threads[0])
+    )
+    both = engine.generate(tokens, GenerationOptions(max_tokens=40))
+    assert both.stats.drafted > 0 and both.tokens == ref.tokens
+    threads[0] = 1
+    one = engine.generate(tokens, GenerationOptions(max_tokens=40))
+    assert one.stats.drafted == 0 and one.tokens == ref.tokens
+    assert engine.planner is not None and engine.planner.cost is dear
 
 
 def test_cancel_between_passes():

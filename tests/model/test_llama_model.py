@@ -47,6 +47,17 @@ def model():
 
 
 @pytest.mark.model
+def test_threads_can_be_pinned_for_a_measurement(model):
+    assert model.decode_threads == 2
+    with model.threads_pinned(1):
+        assert model.decode_threads == 1
+        tokens = model.tokenize("def f():")
+        model.prefill(tokens)
+        assert model.verify(model.tokenize(" return", add_bos=False)).argmax
+    assert model.decode_threads == 2
+
+
+@pytest.mark.model
 def test_tokenizer_round_trip(model):
     text = 'def f(x):\n    return "é" + x\n'
     assert model.detokenize(model.tokenize(text, add_bos=False)) == text

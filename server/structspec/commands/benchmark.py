@@ -256,15 +256,15 @@ def run(args: argparse.Namespace) -> int:
     if args.limit:
         prompts = prompts[: args.limit]
 
-    from structspec.runtime import cost_model_for, load_engine
+    from structspec.runtime import cost_model_for, load_engine, open_model, thread_costs_for
 
     settings = settings_from_args(args).settings
     if args.record:
         return _run_record(args, settings, prompts)
-    engine = load_engine(settings)
-    model = engine.model
-    if args.recalibrate and engine.planner is not None:
-        engine.planner.cost = cost_model_for(model, refresh=True)
+    model = open_model(settings.model, context_size=settings.context_size, threads=settings.threads)
+    if args.recalibrate:  # measured again into the cache, where every engine below reads it
+        thread_costs_for(model, cost_model_for(model, refresh=True), refresh=True)
+    engine = load_engine(settings, model=model)
     engines = {m: engine for m in ("greedy", "structspec")}  # greedy: no drafts
     for mode in modes:
         names = ablation_sources(mode)

@@ -123,6 +123,41 @@ def measure_cost(
     return CostModel(tuple(med))
 
 
+class ThreadCosts:
+    """The cost table of the thread count the model decodes on now.
+
+    On a CPU one row's pass is bound by reading the weights, which more
+    threads barely speed up, while many rows are arithmetic that the threads
+    share: on fewer threads a pass of ``n`` rows costs more times a pass of one
+    (``docs/MEASUREMENTS.md`` §4). When other processes take the cores the
+    model decodes on fewer threads (``model/threads.py``), and a draft judged
+    against the all-threads table then costs more than it saves. Tables are
+    measured at all ``most`` threads and at one; a count in between gets the
+    row-by-row interpolation of the two.
+    """
+
+    def __init__(
+        self, most: int, full: CostModel, one: CostModel, threads: Callable[[], int]
+    ) -> None:
+        self.most = max(1, most)
+        self.full, self.one = full, one
+        self._threads = threads
+        self._tables: dict[int, CostModel] = {self.most: full, 1: one}
+
+    def current(self) -> CostModel:
+        """The table of the next decode's thread count."""
+        k = min(max(1, self._threads()), self.most)
+        table = self._tables.get(k)
+        if table is None:
+            w = (k - 1) / (self.most - 1)  # most > k > 1 here
+            rows = min(self.full.max_rows, self.one.max_rows)
+            table = CostModel(
+                tuple((1 - w) * self.one.t(n) + w * self.full.t(n) for n in range(1, rows + 1))
+            )
+            self._tables[k] = table
+        return table
+
+
 class AcceptanceEstimator:
     """Rolling acceptance per source key and draft position.
 

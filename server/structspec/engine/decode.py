@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from structspec.drafts.base import Draft, DraftContext, DraftSource, SourcePolicy
-from structspec.engine.control import DraftPlanner, Plan
+from structspec.engine.control import DraftPlanner, Plan, ThreadCosts
 from structspec.engine.healing import Healing, plan_healing
 from structspec.engine.sampling import Sampler, Sampling
 from structspec.engine.stats import GenerationStats
@@ -151,11 +151,14 @@ class Engine:
         sources: Sequence[DraftSource] = (),
         planner: DraftPlanner | None = None,
         policy: Callable[[DraftContext], SourcePolicy] | None = None,
+        costs: ThreadCosts | None = None,
     ) -> None:
         self.model = model
         self.sources = list(sources)
         self.planner = planner
         self.policy = policy
+        #: When set, the planner's cost table follows the model's thread count.
+        self.costs = costs
         self._generation = 0
 
     def generate(
@@ -326,6 +329,8 @@ class Generation:
             t_plan = time.perf_counter()
             plan: Plan | None = None
             if speculative and planner is not None:
+                if self.engine.costs is not None:
+                    planner.cost = self.engine.costs.current()
                 # The bonus token always comes: a draft longer than remaining - 1 is waste.
                 plan = planner.plan(self.ctx, self.sources, min(remaining - 1, room - 1), margin)
             draft = valid_prefix(plan.draft.tokens, model.n_vocab) if plan else ()

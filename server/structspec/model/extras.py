@@ -7,6 +7,11 @@ the native memory at once. ``gguf_extras(model)`` is the one way to ask: it
 returns the model typed as ``GGUFModel``, or ``None`` for a model without a
 file (the stand-in), instead of each caller probing attributes.
 
+A model whose decodes run on a varying number of CPU threads says how many
+the next one uses, and can be pinned to a count (``ThreadedModel``, asked
+through ``threaded(model)``): the draft planner judges drafts against the cost
+table of that many threads, and the table of each count is measured pinned.
+
 A model with several KV slots (one per recent document) also says how much of
 a prompt some slot holds, and evaluates a prompt in chunks in the slot the
 whole prompt will use (``SlottedModel``, asked through ``kv_slots(model)``):
@@ -16,6 +21,7 @@ pre-warm and the latency budget's chunked prefill need both.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -51,6 +57,27 @@ class SlottedModel(Model, Protocol):
     def prefill_part(self, tokens: Sequence[int], n: int) -> int:
         """``prefill(tokens[:n])`` in the slot ``prefill(tokens)`` would use."""
         ...
+
+
+@runtime_checkable
+class ThreadedModel(Model, Protocol):
+    """A ``Model`` whose decodes run on a number of CPU threads that may change."""
+
+    threads: int  # the most threads a decode uses
+
+    @property
+    def decode_threads(self) -> int:
+        """Threads of the next decode."""
+        ...
+
+    def threads_pinned(self, threads: int) -> AbstractContextManager[None]:
+        """Every decode inside runs on ``threads`` threads."""
+        ...
+
+
+def threaded(model: Model) -> ThreadedModel | None:
+    """``model`` as a ``ThreadedModel`` when it is one, else ``None``."""
+    return model if isinstance(model, ThreadedModel) else None
 
 
 def kv_slots(model: Model) -> SlottedModel | None:

@@ -24,7 +24,7 @@ import ctypes
 import os
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +218,7 @@ class LlamaModel:
         #: Threads of the next decode: fewer while other processes hold the cores.
         self.governor = ThreadGovernor(threads, IdleMeter(cores=os.cpu_count() or 1).idle_cores)
         self._threads_now = threads
+        self._pinned = 0  # threads every decode uses while pinned (0: the governor decides)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._slots = [_Slot(i) for i in range(slots)]
         self._slot = self._slots[0]
@@ -350,6 +351,21 @@ class LlamaModel:
             return None
         return FimTokens(pre, suf, mid)
 
+    # -- threads -----------------------------------------------------------
+    @property
+    def decode_threads(self) -> int:
+        """Threads of the next decode: fewer while other processes hold the cores."""
+        return self._pinned or self.governor.threads
+
+    @contextlib.contextmanager
+    def threads_pinned(self, threads: int) -> Iterator[None]:
+        """Every decode inside runs on ``threads`` threads, whatever the governor says."""
+        before, self._pinned = self._pinned, max(1, threads)
+        try:
+            yield
+        finally:
+            self._pinned = before
+
     # -- KV cache ----------------------------------------------------------
     @property
     def cached_tokens(self) -> Sequence[int]:
@@ -373,13 +389,14 @@ class LlamaModel:
             b.logits[i] = logits
         b.n_tokens = n
         self._decode_id += 1
-        threads = self.governor.next_threads()
+        threads = self._pinned or self.governor.next_threads()
         if threads != self._threads_now:
             self._llama.llama_set_n_threads(self._ctx, threads, threads)
             self._threads_now = threads
         wall, cpu = time.perf_counter(), time.process_time()
         rc = self._llama.llama_decode(self._ctx, b)
-        self.governor.observe(threads, time.perf_counter() - wall, time.process_time() - cpu)
+        if not self._pinned:
+            self.governor.observe(threads, time.perf_counter() - wall, time.process_time() - cpu)
         if rc != 0:
             # Leave the slot consistent: drop whatever this batch may have added.
             self._llama.llama_memory_seq_rm(self._mem, seq, start, -1)
