@@ -255,3 +255,18 @@ def test_summary_compares_sampled_text_only_with_the_same_random_numbers():
     assert "identical_to_greedy" not in seeded["pld"]  # its own random stream
     unseeded = summarize(runs, modes, Sampling(0.7))["modes"]
     assert "identical_to_greedy" not in unseeded["structspec"]
+
+
+@pytest.mark.model
+def test_pld_baseline_runs_prompts_longer_than_a_batch():
+    """llama-cpp-python's prompt lookup on a 700-token prompt (its scores buffer once held 512)."""
+    from structspec.bench.harness import PromptLookupBaseline
+    from structspec.bench.suites import Prompt
+    from structspec.model.llama import default_model_path
+
+    pld = PromptLookupBaseline(str(default_model_path()), 2, n_ctx=1024)
+    text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(60))
+    tokens = pld.llm.tokenize(text.encode())[:700]
+    assert len(tokens) == 700
+    run = pld.run(Prompt("long", text), tokens, 0, 8, lambda t: False)
+    assert len(run.tokens) == 8

@@ -179,6 +179,11 @@ class PromptLookupBaseline:
             n_threads=threads,
             n_threads_batch=threads,
             draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
+            # With a draft model Llama keeps logits for every position, but sizes
+            # its scores buffer by this argument: left False, the buffer holds
+            # n_batch rows and a prompt longer than 512 tokens overruns it.
+            # (Rows are allocated as touched: a long context costs only what is used.)
+            logits_all=True,
             verbose=False,
         )
 
