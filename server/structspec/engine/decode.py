@@ -86,6 +86,12 @@ class GenerationResult:
     #: Bytes at the start of the output's bytes that token healing took from
     #: the prompt (the caller has them already: they are not in ``text``).
     healed_bytes: int = 0
+    #: Only when the generation was started with ``margins=True`` (a trace for
+    #: the replay, ``bench/replay.py``): the top-1/top-2 margin of the row that
+    #: chose each token of ``tokens``, then that of the end-of-generation token
+    #: when the model chose one (``end_token``).
+    margins: list[float] = field(default_factory=list)
+    end_token: int | None = None
 
     @property
     def stop_reason(self) -> str:
@@ -183,6 +189,7 @@ class Engine:
         cancelled: Callable[[], bool] | None = None,
         sources: Sequence[DraftSource] | None = None,
         cursor: int | None = None,
+        margins: bool = False,
     ) -> Generation:
         """Start a generation; iterate it for one ``Step`` per pass.
 
@@ -193,7 +200,9 @@ class Engine:
 
         ``corpus``, ``suffix_tokens`` and ``recent_suggestions`` are token
         lists for the draft sources (``DraftContext``); they never change the
-        output.
+        output. ``margins``: keep each chosen token's margin in the result
+        (``GenerationResult.margins``; it reads one more margin per accepted
+        draft token, so only a trace asks for it).
         """
         self._generation += 1
         return Generation(
@@ -208,6 +217,7 @@ class Engine:
             sources=self.sources if sources is None else list(sources),
             generation=self._generation,
             cursor=cursor,
+            margins=margins,
         )
 
 
@@ -232,6 +242,7 @@ class Generation:
         sources: Sequence[DraftSource],
         generation: int,
         cursor: int | None = None,
+        margins: bool = False,
     ) -> None:
         model = engine.model
         bos = model.bos_token()
@@ -286,6 +297,9 @@ class Generation:
             self.ctx.policy = engine.policy(self.ctx)
         self.sources = [s for s in sources if self.ctx.policy.allows(s.name)]
         self.output: list[int] = []
+        #: ``None`` unless asked for: the margin of the row that chose each token.
+        self.margins: list[float] | None = [] if margins else None
+        self.end_token: int | None = None
         self.text = TextStream(options.stop)
         self.result: GenerationResult | None = None
 
@@ -345,6 +359,10 @@ class Generation:
                 planner.observe(plan, m, margin)
                 self._feedback(plan.draft, m)
             margin = rows.margin[m]
+            if self.margins is not None:
+                # Read now: a row's margin is valid only until the next decode.
+                self.margins.extend(float(rows.margin[i]) for i in range(m))
+                self.margins.append(float(margin))
             step = self._emit(chosen, len(draft), m)
             pending = chosen[m]
             yield step
@@ -400,6 +418,7 @@ class Generation:
         for tok in new:
             if model.is_eog(tok):
                 stats.stop_reason = "eos"
+                self.end_token = tok
                 break
             emitted.append(tok)
             self.output.append(tok)
@@ -433,6 +452,11 @@ class Generation:
             self.stats.stop_reason = "cancelled"
         self.text.finish()
         self.stats.tokens = len(self.output)
+        margins: list[float] = []
+        if self.margins is not None:
+            # Rows of a pass past a stop, past max_tokens or past the end of generation chose
+            # nothing that was kept.
+            margins = self.margins[: len(self.output) + (self.end_token is not None)]
         self.result = GenerationResult(
             text=self.text.text,
             tokens=list(self.output),
@@ -440,4 +464,6 @@ class Generation:
             stats=self.stats,
             warnings=self.warnings,
             healed_bytes=self.healed,
+            margins=margins,
+            end_token=self.end_token,
         )
