@@ -203,3 +203,71 @@ def test_rows_past_a_stopped_generation_are_unknown_not_an_error() -> None:
     model.prefill([2])
     with pytest.raises(ReplayError, match="ran past"):
         model.verify([3, 4, 5])
+
+
+class _Fixed:
+    """Drafts the same tokens at every pass (the healing constraint must cut them)."""
+
+    name = "fixed"
+    priors: dict[str, float] = {}
+
+    def __init__(self, tokens: tuple[int, ...]) -> None:
+        self.tokens = tokens
+
+    def propose(self, ctx):
+        from structspec.drafts.base import Draft
+
+        return Draft(self.tokens[: ctx.max_tokens], self.name)
+
+    def observe(self, draft, accepted: int) -> None:
+        pass
+
+
+def test_a_healed_generation_replays_with_its_constraint() -> None:
+    """The recorded prompt is healed already: the replay constrains the first tokens again."""
+    from structspec.bench.replay import RecordedPrompt
+    from structspec.engine import DraftPlanner, Engine
+
+    model = StandInModel(pieces=("return", "ret", "re", "result", "res"), eos_bias=-3.0)
+    live = Engine(model).stream(
+        model.tokenize("def f(a):\n    ret"),
+        GenerationOptions(max_tokens=12, token_healing=True),
+        margins=True,
+    )
+    result = live.run()
+    assert live.healing is not None and live.healing.removed == b"ret"
+    rec = Recording(
+        model.name,
+        1,
+        12,
+        COST.ms,
+        (
+            RecordedPrompt(
+                "h",
+                "python",
+                tuple(result.prompt_tokens),
+                tuple(result.tokens) + ((EOS,) if result.end_token is not None else ()),
+                tuple(result.margins),
+                max_tokens=12,
+                healed=live.healing.removed,
+            ),
+        ),
+    )
+    wrong = tuple(model.tokenize("xyz", add_bos=False))  # never allowed while healing
+    sent: list[tuple[int, ...]] = []
+
+    def factory(replayed, cost):
+        engine = Engine(replayed, [_Fixed(wrong)], DraftPlanner(cost, min_gain=-1e9))
+        verify = replayed.verify
+
+        def logged(tokens):
+            sent.append(tuple(tokens[1:]))
+            return verify(tokens)
+
+        replayed.verify = logged
+        return engine
+
+    out = replay(rec, StandInModel(pieces=("return", "ret", "re", "result", "res")), factory)
+    assert out.mismatches == []  # the constrained rows give the recorded tokens
+    assert sent[0] == ()  # the first pass is healing: the wrong draft was cut to nothing
+    assert any(d and d == wrong[: len(d)] for d in sent[1:])  # sent once the constraint lifts

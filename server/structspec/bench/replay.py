@@ -32,6 +32,9 @@ was done, an edit cancelled it) is replayed up to the recorded tokens only
 (``max_tokens`` = what it generated), so the replay does not count the rows a
 live draft spent past that point; one that ended at a stop string is
 replayed with its stop strings, and rows past its end count as rejected.
+A generation token healing backed up over a partial word is replayed from
+its healed prompt with the same constraint (``Engine.stream(healed=...)``):
+drafts are cut where they would not reproduce the removed bytes, as live.
 
 Record: ``structspec benchmark --record OUT.json --limit 40 --max-tokens 128``;
 an editor recording: ``structspec benchmark --suite editor --record OUT.json``
@@ -46,13 +49,14 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
 from structspec.drafts.base import Draft, DraftContext, DraftSource
 from structspec.engine.control import CostModel, DraftPlanner, Plan
 from structspec.engine.decode import Engine, GenerationOptions
+from structspec.engine.healing import Healing, vocab_index
 from structspec.engine.stats import PassTrace
 from structspec.model.base import FimTokens, Model, Rows, TokenCheck
 
@@ -72,7 +76,9 @@ class RecordedPrompt:
 
     The rest comes from an editor recording (empty otherwise): ``kind`` of
     generation, its own ``max_tokens`` (``None``: the recording's) and
-    ``stop`` strings, and the draft sources' inputs (``DraftContext``).
+    ``stop`` strings, the bytes token healing removed from the prompt's end
+    (``healed``: the first output tokens reproduce them, and drafts are cut
+    where they would not), and the draft sources' inputs (``DraftContext``).
     """
 
     id: str
@@ -86,6 +92,7 @@ class RecordedPrompt:
     suffix: tuple[int, ...] = ()
     recent: tuple[tuple[int, ...], ...] = ()
     corpus: tuple[tuple[int, ...], ...] = ()
+    healed: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,8 @@ class Recording:
                 item["max_tokens"] = p.max_tokens
             if p.stop:
                 item["stop"] = list(p.stop)
+            if p.healed:
+                item["healed"] = p.healed.hex()
             if p.suffix:
                 item["suffix"] = ref(p.suffix)
             if p.recent:
@@ -157,6 +166,7 @@ class Recording:
                     suffix=table[p["suffix"]] if "suffix" in p else (),
                     recent=tuple(table[i] for i in p.get("recent", ())),
                     corpus=tuple(table[i] for i in p.get("corpus", ())),
+                    healed=bytes.fromhex(p.get("healed", "")),
                 )
                 for p in data["prompts"]
             )
@@ -220,6 +230,7 @@ def recording_from_trace(
                         suffix=sequences[entry["suffix"]],
                         recent=tuple(sequences[s] for s in entry.get("recent", ())),
                         corpus=tuple(sequences[s] for s in entry.get("corpus", ())),
+                        healed=bytes.fromhex(entry.get("healed", "")),
                     )
                 )
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
@@ -231,21 +242,30 @@ def recording_from_trace(
     return Recording(model, threads, top, tuple(cost_ms), tuple(prompts))
 
 
-class _NoLogits(Sequence[np.ndarray]):
+class _RecordedLogits(Sequence[np.ndarray]):
     """A recording holds each row's argmax and margin, not its logits.
 
-    Greedy decoding never reads them; healing or sampling in a replay would,
-    and must fail loudly rather than replay something the recording lacks.
+    Greedy decoding never reads them. Token healing reads them for the rows it
+    constrains: a recorded row is then a one-hot vector at its recorded token,
+    whose constrained argmax is that token (the recorded output met the
+    constraint). A row the recording does not know, or sampling (which would
+    draw from the one-hot vector, not the model), must fail loudly rather
+    than replay something the recording lacks.
     """
 
-    def __init__(self, n: int) -> None:
-        self._n = n
+    def __init__(self, argmax: Sequence[int], n_vocab: int) -> None:
+        self._argmax = argmax
+        self._n_vocab = n_vocab
 
     def __len__(self) -> int:
-        return self._n
+        return len(self._argmax)
 
-    def __getitem__(self, i: Any) -> NoReturn:
-        raise ReplayError("a recording has no logits: replay greedy generations only")
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice) or self._argmax[i] < 0:
+            raise ReplayError("a recording has no logits: replay greedy generations only")
+        row = np.zeros(self._n_vocab, dtype=np.float32)
+        row[self._argmax[i]] = 1.0
+        return row
 
 
 class ReplayModel:
@@ -324,7 +344,7 @@ class ReplayModel:
                 argmax.append(-1)
                 margins.append(0.0)
         self._cache.extend(tokens)
-        return Rows(argmax, margins, _NoLogits(len(tokens)))
+        return Rows(argmax, margins, _RecordedLogits(argmax, self.n_vocab))
 
     def truncate(self, n: int) -> None:
         del self._cache[max(0, n) :]
@@ -540,6 +560,7 @@ def replay(
                 corpus=rec.corpus,
                 suffix_tokens=rec.suffix,
                 recent_suggestions=rec.recent,
+                healed=Healing(rec.healed, 0, vocab_index(vocab)) if rec.healed else None,
             )
             out = gen.run()
         finally:

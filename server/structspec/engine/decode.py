@@ -193,6 +193,7 @@ class Engine:
         sources: Sequence[DraftSource] | None = None,
         cursor: int | None = None,
         margins: bool = False,
+        healed: Healing | None = None,
     ) -> Generation:
         """Start a generation; iterate it for one ``Step`` per pass.
 
@@ -205,7 +206,10 @@ class Engine:
         lists for the draft sources (``DraftContext``); they never change the
         output. ``margins``: keep each chosen token's margin in the result
         (``GenerationResult.margins``; it reads one more margin per accepted
-        draft token, so only a trace asks for it).
+        draft token, so only a trace asks for it). ``healed``: a heal already
+        applied to ``prompt_tokens`` (the replay of a traced generation,
+        ``bench/replay.py``): the first tokens are constrained to reproduce its
+        ``removed`` bytes as if ``token_healing`` had planned it.
         """
         self._generation += 1
         return Generation(
@@ -221,6 +225,7 @@ class Engine:
             generation=self._generation,
             cursor=cursor,
             margins=margins,
+            healed=healed,
         )
 
 
@@ -246,6 +251,7 @@ class Generation:
         generation: int,
         cursor: int | None = None,
         margins: bool = False,
+        healed: Healing | None = None,
     ) -> None:
         model = engine.model
         bos = model.bos_token()
@@ -259,7 +265,9 @@ class Generation:
         self.healing: Healing | None = (
             plan_healing(prompt_tokens[:end], model) if options.token_healing else None
         )
-        if self.healing is not None:
+        if healed is not None:  # the prompt is healed already
+            self.healing = healed
+        elif self.healing is not None:
             start = end - self.healing.n_tokens
             prompt_tokens = [*prompt_tokens[:start], *prompt_tokens[end:]]
         #: Bytes of ``healing.removed`` the output has reproduced (they are not emitted).
