@@ -271,3 +271,32 @@ def test_a_healed_generation_replays_with_its_constraint() -> None:
     assert out.mismatches == []  # the constrained rows give the recorded tokens
     assert sent[0] == ()  # the first pass is healing: the wrong draft was cut to nothing
     assert any(d and d == wrong[: len(d)] for d in sent[1:])  # sent once the constraint lifts
+
+
+EDITOR_RECORDING = Path(__file__).resolve().parents[1] / "data" / "editor-python-25.replay.json"
+
+
+@pytest.mark.model
+def test_the_committed_editor_recording_replays_exactly() -> None:
+    """The first 25 generations of an editor benchmark's trace (two Python files, real model).
+
+    They hold stops, healed prompts, recent generations and pre-generations:
+    every one replays to its recorded output, deterministically.
+    """
+    from structspec.runtime import open_model
+
+    rec = Recording.load(EDITOR_RECORDING)
+    vocab = open_model("", context_size=256, threads=1)
+    assert vocab.name == rec.model
+    assert any(p.healed for p in rec.prompts) and any(p.stop for p in rec.prompts)
+
+    def factory(model, cost):
+        return assemble_engine(model, Settings(), cost)
+
+    first = replay(rec, vocab, factory)
+    second = replay(rec, vocab, factory)
+    assert first.mismatches == [] and first.tokens > 0
+    assert (first.digest, first.proposals_digest) == (second.digest, second.proposals_digest)
+    assert set(first.by_kind) == {"completion", "pregeneration"}
+    oracle = replay(rec, vocab, factory, oracle=True)
+    assert oracle.mismatches == [] and oracle.speedup >= first.speedup
