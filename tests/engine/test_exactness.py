@@ -114,6 +114,29 @@ def test_oracle_drafts_give_greedy_output(
         assert spec.stats.passes < ref.stats.passes  # a perfect oracle saves passes
 
 
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 50), prompt=prompts, length=st.integers(1, 15))
+def test_no_draft_token_past_a_stop_is_verified(seed, prompt, length):
+    """A draft is cut before the token that would end the text: its row is never needed."""
+    model = model_for(seed)
+    tokens = model.tokenize(prompt)
+    opts = GenerationOptions(max_tokens=40, stop=("\n",))
+    ref = greedy(model, tokens, opts)
+    oracle = OracleSource(ref.tokens, len(tokens), length, length, 0)
+    sent: list[list[int]] = []
+    verify = model.verify
+
+    def logged(rows):
+        sent.append(list(rows[1:]))
+        return verify(rows)
+
+    model.verify = logged  # type: ignore[method-assign]
+    spec = Engine(model, [oracle], always_draft()).generate(tokens, opts)
+    assert (spec.tokens, spec.text, spec.stop_reason) == (ref.tokens, ref.text, ref.stop_reason)
+    newline = model.tokenize("\n", add_bos=False)[0]
+    assert all(newline not in draft for draft in sent)  # the model's own bonus ends the line
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     seed=st.integers(0, 30),

@@ -40,7 +40,9 @@ busy-loop processes compete for the CPU.
 The ``structspec`` server runs with ``STRUCTSPEC_TRACE`` set
 (``completion/trace.py``); afterwards every traced token is checked against
 the teacher-forced argmax of the model loaded in-process, counted as the
-other suites count (``bench/harness.py``: ``Exactness``).
+other suites count (``bench/harness.py``: ``Exactness``). With ``record``
+(``--record OUT``) the trace is kept and written as a recording for
+``structspec benchmark --replay`` (``bench/replay.py``).
 """
 
 from __future__ import annotations
@@ -661,6 +663,8 @@ def check_trace(model: Model, trace: Path) -> tuple[Exactness, int]:
     with trace.open(encoding="utf-8") as fh:
         for line in fh:
             entry = json.loads(line)
+            if "prompt" not in entry:
+                continue  # a token list the draft sources read (``completion/trace.py``)
             prompt, tokens = entry["prompt"], entry["tokens"]
             removed = len(bytes.fromhex(entry.get("healed", "")))
             skip = done = 0
@@ -671,6 +675,24 @@ def check_trace(model: Model, trace: Path) -> tuple[Exactness, int]:
             exact.add([c.gap for c in checks[skip:]])
             constrained += skip
     return exact, constrained
+
+
+def write_recording(model: Model, trace: Path, record: Path, threads: int, out: Out) -> None:
+    """Write ``trace`` as a replay recording with ``model``'s cost table (measured once)."""
+    from structspec.bench.replay import recording_from_trace
+    from structspec.runtime import cost_model_for
+
+    rec = recording_from_trace(
+        trace, model=model.name, cost_ms=cost_model_for(model).ms, threads=threads
+    )
+    record.write_text(rec.to_json(), encoding="utf-8")
+    kinds: dict[str, int] = {}
+    for p in rec.prompts:
+        kinds[p.kind] = kinds.get(p.kind, 0) + 1
+    out(
+        f"  recorded {len(rec.prompts)} generations to {record} "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}; trace {trace})"
+    )
 
 
 def _row(name: str, s: dict[str, dict[str, float]], width: int) -> str:
@@ -702,6 +724,7 @@ def run_editor_benchmark(
     exactness: bool = True,
     timeout_s: float = 300.0,
     log_dir: Path | None = None,
+    record: Path | None = None,
 ) -> dict[str, Any]:
     """Replay typing through ``files`` in every configuration; print a report; return the numbers.
 
@@ -710,7 +733,10 @@ def run_editor_benchmark(
     ``limit``: that many cursor points, the files' first ones in turn. ``contention``: busy-loop
     processes for a second, loaded replay of ``structspec`` (0: none).
     ``exactness``: the teacher-forced check of the traced tokens. ``log_dir``: each
-    server writes its log there (``<configuration>.log``).
+    server writes its log there (``<configuration>.log``). ``record``: keep the
+    ``structspec`` server's trace at ``<record>.trace.jsonl`` and write it as a
+    recording for ``structspec benchmark --replay`` to ``record``
+    (``bench/replay.py``: ``recording_from_trace``).
     """
     files = list(files) or default_files()
     if not files:
@@ -733,6 +759,9 @@ def run_editor_benchmark(
         out(f"  {name}")
     with tempfile.TemporaryDirectory(prefix="structspec-editor-") as tmp:
         trace = Path(tmp) / "trace.jsonl" if exactness else None
+        if record is not None:
+            trace = record.with_name(record.name + ".trace.jsonl")
+            trace.unlink(missing_ok=True)  # the server appends
         replays = [
             _Replay(
                 name, options, model, threads, timeout_s, trace if not options else None, log_dir
@@ -756,10 +785,13 @@ def run_editor_benchmark(
         if trace is not None:
             from structspec.runtime import open_model
 
-            t0 = time.perf_counter()
             checker = open_model(model, context_size=Settings().context_size, threads=threads)
-            checked = check_trace(checker, trace)
-            out(f"  teacher-forced check done in {time.perf_counter() - t0:.1f} s")
+            if exactness:
+                t0 = time.perf_counter()
+                checked = check_trace(checker, trace)
+                out(f"  teacher-forced check done in {time.perf_counter() - t0:.1f} s")
+            if record is not None:
+                write_recording(checker, trace, record, threads, out)
     summaries = {name: r.summary() for name, r in results.items()}
     model_name = next((s["model"] for s in summaries.values() if s["model"]), model or "default")
     out(f"model: {model_name}")

@@ -22,7 +22,23 @@ What the replay cannot know: rows after a rejected draft token. They are
 never read by the decode loop (it reads argmax and margin up to the first
 rejection only), so ``ReplayModel.verify`` fills them with ``-1``.
 
-Record: ``structspec benchmark --record OUT.json --limit 40 --max-tokens 128``.
+An editor recording (``recording_from_trace``, from the language server's
+trace, ``completion/trace.py``) holds one prompt per generation, in the
+server's order, and per prompt also what the editor's draft sources read (the
+text after the cursor, the document's latest generations, the other buffers),
+the generation's own options, and its kind (``completion``, ``cancelled`` by an
+edit, ``pregeneration``). A generation the editor cut short (its first line
+was done, an edit cancelled it) is replayed up to the recorded tokens only
+(``max_tokens`` = what it generated), so the replay does not count the rows a
+live draft spent past that point; one that ended at a stop string is
+replayed with its stop strings, and rows past its end count as rejected.
+A generation token healing backed up over a partial word is replayed from
+its healed prompt with the same constraint (``Engine.stream(healed=...)``):
+drafts are cut where they would not reproduce the removed bytes, as live.
+
+Record: ``structspec benchmark --record OUT.json --limit 40 --max-tokens 128``;
+an editor recording: ``structspec benchmark --suite editor --record OUT.json``
+(the trace is kept beside it, ``OUT.json.trace.jsonl``).
 Replay: ``structspec benchmark --replay OUT.json``.
 """
 
@@ -33,18 +49,21 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
 from structspec.drafts.base import Draft, DraftContext, DraftSource
 from structspec.engine.control import CostModel, DraftPlanner, Plan
 from structspec.engine.decode import Engine, GenerationOptions
+from structspec.engine.healing import Healing, vocab_index
 from structspec.engine.stats import PassTrace
 from structspec.model.base import FimTokens, Model, Rows, TokenCheck
 
-#: Bump when the recording's layout changes.
-RECORDING_FORMAT = 1
+#: Bump when the recording's layout changes (format 1, without the editor's
+#: fields, is still read).
+RECORDING_FORMAT = 2
+READABLE_FORMATS = (1, 2)
 
 
 class ReplayError(ValueError):
@@ -53,13 +72,27 @@ class ReplayError(ValueError):
 
 @dataclass(frozen=True)
 class RecordedPrompt:
-    """One prompt's greedy generation: ``output[i]`` was chosen with margin ``margins[i]``."""
+    """One prompt's greedy generation: ``output[i]`` was chosen with margin ``margins[i]``.
+
+    The rest comes from an editor recording (empty otherwise): ``kind`` of
+    generation, its own ``max_tokens`` (``None``: the recording's) and
+    ``stop`` strings, the bytes token healing removed from the prompt's end
+    (``healed``: the first output tokens reproduce them, and drafts are cut
+    where they would not), and the draft sources' inputs (``DraftContext``).
+    """
 
     id: str
     language: str | None
     prompt: tuple[int, ...]
     output: tuple[int, ...]
     margins: tuple[float, ...]
+    kind: str = ""
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    suffix: tuple[int, ...] = ()
+    recent: tuple[tuple[int, ...], ...] = ()
+    corpus: tuple[tuple[int, ...], ...] = ()
+    healed: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -71,22 +104,45 @@ class Recording:
     prompts: tuple[RecordedPrompt, ...]
 
     def to_json(self) -> str:
+        # The editor's token lists repeat from prompt to prompt: each is stored
+        # once in ``sequences`` and named by its index.
+        table: dict[tuple[int, ...], int] = {}
+
+        def ref(seq: tuple[int, ...]) -> int:
+            return table.setdefault(seq, len(table))
+
+        prompts = []
+        for p in self.prompts:
+            item: dict[str, Any] = {
+                "id": p.id,
+                "language": p.language,
+                "prompt": list(p.prompt),
+                "output": list(p.output),
+                "margins": [round(m, 4) for m in p.margins],
+            }
+            if p.kind:
+                item["kind"] = p.kind
+            if p.max_tokens is not None:
+                item["max_tokens"] = p.max_tokens
+            if p.stop:
+                item["stop"] = list(p.stop)
+            if p.healed:
+                item["healed"] = p.healed.hex()
+            if p.suffix:
+                item["suffix"] = ref(p.suffix)
+            if p.recent:
+                item["recent"] = [ref(r) for r in p.recent]
+            if p.corpus:
+                item["corpus"] = [ref(c) for c in p.corpus]
+            prompts.append(item)
         data = {
             "format": RECORDING_FORMAT,
             "model": self.model,
             "threads": self.threads,
             "max_tokens": self.max_tokens,
             "cost_ms": [round(v, 4) for v in self.cost_ms],
-            "prompts": [
-                {
-                    "id": p.id,
-                    "language": p.language,
-                    "prompt": list(p.prompt),
-                    "output": list(p.output),
-                    "margins": [round(m, 4) for m in p.margins],
-                }
-                for p in self.prompts
-            ],
+            "sequences": [list(seq) for seq in table],
+            "prompts": prompts,
         }
         return json.dumps(data, separators=(",", ":")) + "\n"
 
@@ -94,8 +150,9 @@ class Recording:
     def load(cls, path: str | Path) -> Recording:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-            if data.get("format") != RECORDING_FORMAT:
+            if data.get("format") not in READABLE_FORMATS:
                 raise ReplayError(f"recording {path}: unknown format {data.get('format')!r}")
+            table = [tuple(int(t) for t in seq) for seq in data.get("sequences", [])]
             prompts = tuple(
                 RecordedPrompt(
                     str(p["id"]),
@@ -103,6 +160,13 @@ class Recording:
                     tuple(int(t) for t in p["prompt"]),
                     tuple(int(t) for t in p["output"]),
                     tuple(float(m) for m in p["margins"]),
+                    kind=str(p.get("kind", "")),
+                    max_tokens=int(p["max_tokens"]) if "max_tokens" in p else None,
+                    stop=tuple(str(s) for s in p.get("stop", ())),
+                    suffix=table[p["suffix"]] if "suffix" in p else (),
+                    recent=tuple(table[i] for i in p.get("recent", ())),
+                    corpus=tuple(table[i] for i in p.get("corpus", ())),
+                    healed=bytes.fromhex(p.get("healed", "")),
                 )
                 for p in data["prompts"]
             )
@@ -113,7 +177,7 @@ class Recording:
                 tuple(float(v) for v in data["cost_ms"]),
                 prompts,
             )
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError) as exc:
             if isinstance(exc, ReplayError):
                 raise
             raise ReplayError(f"cannot read recording {path}: {exc}") from None
@@ -123,21 +187,85 @@ class Recording:
         return rec
 
 
-class _NoLogits(Sequence[np.ndarray]):
+#: ``stop_reason`` of a traced generation that ended by itself; any other
+#: (``cancelled``: the editor or an edit cut it short; ``context``) is
+#: replayed up to its recorded tokens only.
+_ENDED_BY_ITSELF = ("eos", "stop", "length")
+
+
+def recording_from_trace(
+    path: str | Path, *, model: str, cost_ms: Sequence[float], threads: int
+) -> Recording:
+    """An editor recording from a language server's trace (``completion/trace.py``).
+
+    One prompt per traced generation that carries the replay's fields, in the
+    trace's order (the planner's statistics carry from one to the next, as in
+    the server). Ids are ``<line>/<kind>``.
+    """
+    sequences: dict[str, tuple[int, ...]] = {}
+    prompts: list[RecordedPrompt] = []
+    try:
+        with Path(path).open(encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                entry = json.loads(line)
+                if "seq" in entry:
+                    sequences[str(entry["seq"])] = tuple(int(t) for t in entry["tokens"])
+                    continue
+                if "margins" not in entry:
+                    continue  # traced without the replay's fields
+                tokens = tuple(int(t) for t in entry["tokens"])
+                end = entry.get("end")
+                output = tokens + ((int(end),) if end is not None else ())
+                ended = entry.get("stop_reason") in _ENDED_BY_ITSELF
+                prompts.append(
+                    RecordedPrompt(
+                        f"{number}/{entry['kind']}",
+                        entry.get("language"),
+                        tuple(int(t) for t in entry["prompt"]),
+                        output,
+                        tuple(float(m) for m in entry["margins"]),
+                        kind=str(entry["kind"]),
+                        max_tokens=int(entry["max_tokens"]) if ended else len(tokens),
+                        stop=tuple(str(s) for s in entry.get("stop", ())),
+                        suffix=sequences[entry["suffix"]],
+                        recent=tuple(sequences[s] for s in entry.get("recent", ())),
+                        corpus=tuple(sequences[s] for s in entry.get("corpus", ())),
+                        healed=bytes.fromhex(entry.get("healed", "")),
+                    )
+                )
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ReplayError(f"cannot read trace {path}: {exc}") from None
+    for p in prompts:
+        if not p.prompt or len(p.output) != len(p.margins):
+            raise ReplayError(f"trace {path}: generation {p.id} is malformed")
+    top = max((p.max_tokens or 0 for p in prompts), default=0)
+    return Recording(model, threads, top, tuple(cost_ms), tuple(prompts))
+
+
+class _RecordedLogits(Sequence[np.ndarray]):
     """A recording holds each row's argmax and margin, not its logits.
 
-    Greedy decoding never reads them; healing or sampling in a replay would,
-    and must fail loudly rather than replay something the recording lacks.
+    Greedy decoding never reads them. Token healing reads them for the rows it
+    constrains: a recorded row is then a one-hot vector at its recorded token,
+    whose constrained argmax is that token (the recorded output met the
+    constraint). A row the recording does not know, or sampling (which would
+    draw from the one-hot vector, not the model), must fail loudly rather
+    than replay something the recording lacks.
     """
 
-    def __init__(self, n: int) -> None:
-        self._n = n
+    def __init__(self, argmax: Sequence[int], n_vocab: int) -> None:
+        self._argmax = argmax
+        self._n_vocab = n_vocab
 
     def __len__(self) -> int:
-        return self._n
+        return len(self._argmax)
 
-    def __getitem__(self, i: Any) -> NoReturn:
-        raise ReplayError("a recording has no logits: replay greedy generations only")
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice) or self._argmax[i] < 0:
+            raise ReplayError("a recording has no logits: replay greedy generations only")
+        row = np.zeros(self._n_vocab, dtype=np.float32)
+        row[self._argmax[i]] = 1.0
+        return row
 
 
 class ReplayModel:
@@ -157,25 +285,31 @@ class ReplayModel:
         self._full: tuple[int, ...] = ()
         self._margins: tuple[float, ...] = ()
         self._n_prompt = 0
+        self._past_end = False
 
     def expect(self, prompt: RecordedPrompt) -> None:
         self._full = prompt.prompt + prompt.output
         self._margins = prompt.margins
         self._n_prompt = len(prompt.prompt)
         self._cache = []
+        # A generation that ended at a stop string: a draft may run past its last
+        # token (the stop ends the pass there), and those rows are unknown.
+        self._past_end = bool(prompt.stop)
 
     # -- tokenizer: the real one ------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         return self.vocab.tokenize(text, add_bos=add_bos)
 
     def token_bytes(self, token: int) -> bytes:
+        if token < 0:  # an unknown row's token was emitted
+            raise ReplayError("the generation ran past the recorded output")
         return self.vocab.token_bytes(token)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self.vocab.detokenize(tokens)
 
     def is_eog(self, token: int) -> bool:
-        return self.vocab.is_eog(token)
+        return token >= 0 and self.vocab.is_eog(token)
 
     def bos_token(self) -> int | None:
         return self.vocab.bos_token()
@@ -204,13 +338,13 @@ class ReplayModel:
             if on_track and nxt < len(self._full):
                 argmax.append(self._full[nxt])
                 margins.append(self._margins[nxt - self._n_prompt])
-            elif on_track:
+            elif on_track and not self._past_end:
                 raise ReplayError("the generation ran past the recorded output")
             else:
                 argmax.append(-1)
                 margins.append(0.0)
         self._cache.extend(tokens)
-        return Rows(argmax, margins, _NoLogits(len(tokens)))
+        return Rows(argmax, margins, _RecordedLogits(argmax, self.n_vocab))
 
     def truncate(self, n: int) -> None:
         del self._cache[max(0, n) :]
@@ -278,6 +412,26 @@ def best_rate(cost: CostModel, drafts: Iterable[Sequence[int]], future: Sequence
 
 
 @dataclass
+class KindResult:
+    """The generations of one kind in a replay: prompts, tokens, greedy and predicted ms."""
+
+    prompts: int = 0
+    tokens: int = 0
+    greedy_ms: float = 0.0
+    predicted_ms: float = 0.0
+
+    def add(self, tokens: int, greedy_ms: float, predicted_ms: float) -> None:
+        self.prompts += 1
+        self.tokens += tokens
+        self.greedy_ms += greedy_ms
+        self.predicted_ms += predicted_ms
+
+    @property
+    def speedup(self) -> float:
+        return self.greedy_ms / self.predicted_ms if self.predicted_ms else 0.0
+
+
+@dataclass
 class ReplayResult:
     """What a replay predicts, and the hash of every pass it made."""
 
@@ -301,6 +455,8 @@ class ReplayResult:
     #: (``PassLoss``), by kind of pass and by sent draft length.
     losses: dict[str, PassLoss] = field(default_factory=dict)
     by_length: dict[str, PassLoss] = field(default_factory=dict)
+    #: An editor recording's prompts by kind of generation (``RecordedPrompt.kind``).
+    by_kind: dict[str, KindResult] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
@@ -383,6 +539,7 @@ def replay(
     for rec in recording.prompts if prompts is None else prompts:
         model.expect(rec)
         offered.clear()
+        max_tokens = recording.max_tokens if rec.max_tokens is None else rec.max_tokens
         drafts: list[tuple[int, ...]] = []
         verify = model.verify
 
@@ -398,13 +555,17 @@ def replay(
         try:
             gen = engine.stream(
                 rec.prompt,
-                GenerationOptions(max_tokens=recording.max_tokens),
+                GenerationOptions(max_tokens=max_tokens, stop=rec.stop),
                 language=rec.language,
+                corpus=rec.corpus,
+                suffix_tokens=rec.suffix,
+                recent_suggestions=rec.recent,
+                healed=Healing(rec.healed, 0, vocab_index(vocab)) if rec.healed else None,
             )
             out = gen.run()
         finally:
             del model.verify
-        expected = [t for t in rec.output if not vocab.is_eog(t)][: recording.max_tokens]
+        expected = [t for t in rec.output if not vocab.is_eog(t)][:max_tokens]
         if out.tokens != expected:
             result.mismatches.append(rec.id)
         result.prompts += 1
@@ -436,6 +597,9 @@ def replay(
         greedy_passes = len(out.tokens) + (out.stop_reason == "eos")
         result.greedy_ms += cost.t(1) * greedy_passes
         result.predicted_ms += prompt_ms
+        if rec.kind:
+            kind = result.by_kind.setdefault(rec.kind, KindResult())
+            kind.add(len(out.tokens), cost.t(1) * greedy_passes, prompt_ms)
         result.per_prompt[rec.id] = cost.t(1) * greedy_passes / prompt_ms if prompt_ms else 0.0
     result.digest = h.hexdigest()
     result.proposals_digest = proposals.hexdigest()
@@ -545,6 +709,12 @@ def report(result: ReplayResult, recording: Recording) -> str:
     ]
     for key, (drafted, accepted) in sorted(result.by_source.items()):
         lines.append(f"  {key}: drafted {drafted}, accepted {accepted}")
+    if result.by_kind:
+        lines.append("by kind of generation:")
+    for kind, k in sorted(result.by_kind.items()):
+        lines.append(
+            f"  {kind}: {k.prompts} generations, {k.tokens} tokens, speed-up {k.speedup:.3f}x"
+        )
     lines.append("time lost against the best proposal of each pass, by kind of pass:")
     for kind in PASS_KINDS:
         if kind in result.losses:

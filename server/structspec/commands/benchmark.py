@@ -149,7 +149,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--record",
         metavar="OUT",
-        help="decode the suite greedily and write a recording for --replay (no other output)",
+        help="decode the suite greedily and write a recording for --replay (no other output); "
+        "editor suite: the structspec server's generations as a recording, after the report",
     )
     p.add_argument(
         "--replay",
@@ -781,6 +782,7 @@ def _run_editor(args: argparse.Namespace) -> int:
             contention=args.contention,
             exactness=not args.no_exactness,
             log_dir=logs,
+            record=Path(args.record) if args.record else None,
         ),
     )
 

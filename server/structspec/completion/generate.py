@@ -48,6 +48,8 @@ from structspec.completion.suggest import (
     cut_block,
     loop_start,
 )
+from structspec.completion.trace import Replayable
+from structspec.completion.trace import enabled as tracing
 from structspec.completion.trace import record as trace_generation
 from structspec.config import Settings
 from structspec.drafts.registry import reads_corpus
@@ -218,6 +220,7 @@ def run_completion(
         cancelled=cancelled,
         # Token healing acts where the cursor is: before the suffix in a FIM prompt.
         cursor=prompt.tokens.index(fim.suffix) if fim and fim.suffix in prompt.tokens else None,
+        margins=tracing(),
     )
     text = ""
     mark: int | None = None
@@ -254,9 +257,22 @@ def run_completion(
         stats.prefill_ms += (generation_start - t_prefill) * 1000.0
         stats.reused_tokens = min(stats.reused_tokens, reused)
     generated: tuple[int, ...] = ()
-    if result is not None:  # STRUCTSPEC_TRACE: the benchmark's exactness check
+    if result is not None:  # STRUCTSPEC_TRACE: the benchmark's exactness check and replay
         healing = generation.healing
-        trace_generation(result.prompt_tokens, result.tokens, healing.removed if healing else b"")
+        trace_generation(
+            result.prompt_tokens,
+            result.tokens,
+            healing.removed if healing else b"",
+            _replayable(
+                "cancelled" if cancelled() else "completion",
+                job,
+                options,
+                result,
+                suffix_tokens,
+                recent,
+                tokens_corpus,
+            ),
+        )
     if result is not None and result.tokens:
         generated = (*result.prompt_tokens[-GENERATED_CONTEXT_TOKENS:], *result.tokens)
     if cancelled():
@@ -313,6 +329,7 @@ def continue_generation(
         language=job.language or None,
         suffix_tokens=suffix_tokens,
         cancelled=cancelled,
+        margins=tracing(),
     )
     steps = iter(generation)
     written = ""
@@ -327,5 +344,33 @@ def continue_generation(
     result = generation.result
     if result is None:
         return Extension((), b""), None
-    trace_generation(result.prompt_tokens, result.tokens)  # STRUCTSPEC_TRACE
+    trace_generation(  # STRUCTSPEC_TRACE
+        result.prompt_tokens,
+        result.tokens,
+        replayable=_replayable("pregeneration", job, options, result, suffix_tokens),
+    )
     return extension(engine, result), result
+
+
+def _replayable(
+    kind: str,
+    job: CompletionInput,
+    options: GenerationOptions,
+    result: GenerationResult,
+    suffix_tokens: Sequence[int],
+    recent: Sequence[Sequence[int]] = (),
+    corpus: Sequence[Sequence[int]] = (),
+) -> Replayable:
+    """What a replay of this generation needs (``completion/trace.py``)."""
+    return Replayable(
+        kind=kind,
+        language=job.language or None,
+        max_tokens=options.max_tokens,
+        stop=options.stop,
+        stop_reason=result.stop_reason,
+        margins=result.margins,
+        end_token=result.end_token,
+        suffix=suffix_tokens,
+        recent=recent,
+        corpus=corpus,
+    )

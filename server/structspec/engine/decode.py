@@ -4,7 +4,10 @@ State between passes: the model's KV cache holds the context except its last
 token, the *pending* token (the model's own choice from the previous pass, not
 yet evaluated). One pass:
 
-1. a planner picks a draft ``d_1..d_k`` (``k = 0`` is a plain greedy step);
+1. a planner picks a draft ``d_1..d_k`` (``k = 0`` is a plain greedy step),
+   cut before a token that would end the text at a stop string (the row after
+   it would choose a token never emitted, and the model's own bonus token
+   gives that token when the draft before it is accepted);
 2. the model verifies ``[pending, d_1, ..., d_k]`` in one batch; row ``i``
    gives ``a_i = argmax(logits_i)``, the greedy choice after ``pending, d_1..d_i``;
 3. the accepted length is the longest ``m`` with ``d_i == a_{i-1}`` for all
@@ -86,6 +89,12 @@ class GenerationResult:
     #: Bytes at the start of the output's bytes that token healing took from
     #: the prompt (the caller has them already: they are not in ``text``).
     healed_bytes: int = 0
+    #: Only when the generation was started with ``margins=True`` (a trace for
+    #: the replay, ``bench/replay.py``): the top-1/top-2 margin of the row that
+    #: chose each token of ``tokens``, then that of the end-of-generation token
+    #: when the model chose one (``end_token``).
+    margins: list[float] = field(default_factory=list)
+    end_token: int | None = None
 
     @property
     def stop_reason(self) -> str:
@@ -186,6 +195,8 @@ class Engine:
         cancelled: Callable[[], bool] | None = None,
         sources: Sequence[DraftSource] | None = None,
         cursor: int | None = None,
+        margins: bool = False,
+        healed: Healing | None = None,
     ) -> Generation:
         """Start a generation; iterate it for one ``Step`` per pass.
 
@@ -196,7 +207,12 @@ class Engine:
 
         ``corpus``, ``suffix_tokens`` and ``recent_suggestions`` are token
         lists for the draft sources (``DraftContext``); they never change the
-        output.
+        output. ``margins``: keep each chosen token's margin in the result
+        (``GenerationResult.margins``; it reads one more margin per accepted
+        draft token, so only a trace asks for it). ``healed``: a heal already
+        applied to ``prompt_tokens`` (the replay of a traced generation,
+        ``bench/replay.py``): the first tokens are constrained to reproduce its
+        ``removed`` bytes as if ``token_healing`` had planned it.
         """
         self._generation += 1
         return Generation(
@@ -211,6 +227,8 @@ class Engine:
             sources=self.sources if sources is None else list(sources),
             generation=self._generation,
             cursor=cursor,
+            margins=margins,
+            healed=healed,
         )
 
 
@@ -235,6 +253,8 @@ class Generation:
         sources: Sequence[DraftSource],
         generation: int,
         cursor: int | None = None,
+        margins: bool = False,
+        healed: Healing | None = None,
     ) -> None:
         model = engine.model
         bos = model.bos_token()
@@ -248,7 +268,9 @@ class Generation:
         self.healing: Healing | None = (
             plan_healing(prompt_tokens[:end], model) if options.token_healing else None
         )
-        if self.healing is not None:
+        if healed is not None:  # the prompt is healed already
+            self.healing = healed
+        elif self.healing is not None:
             start = end - self.healing.n_tokens
             prompt_tokens = [*prompt_tokens[:start], *prompt_tokens[end:]]
         #: Bytes of ``healing.removed`` the output has reproduced (they are not emitted).
@@ -289,6 +311,9 @@ class Generation:
             self.ctx.policy = engine.policy(self.ctx)
         self.sources = [s for s in sources if self.ctx.policy.allows(s.name)]
         self.output: list[int] = []
+        #: ``None`` unless asked for: the margin of the row that chose each token.
+        self.margins: list[float] | None = [] if margins else None
+        self.end_token: int | None = None
         self.text = TextStream(options.stop)
         self.result: GenerationResult | None = None
 
@@ -333,6 +358,8 @@ class Generation:
                     planner.cost = self.engine.costs.current()
                 # The bonus token always comes: a draft longer than remaining - 1 is waste.
                 plan = planner.plan(self.ctx, self.sources, min(remaining - 1, room - 1), margin)
+            if plan is not None:
+                plan = self._before_stop(plan)
             draft = valid_prefix(plan.draft.tokens, model.n_vocab) if plan else ()
             draft = self._healing_prefix(draft)
             t_verify = time.perf_counter()
@@ -350,9 +377,32 @@ class Generation:
                 planner.observe(plan, m, margin)
                 self._feedback(plan.draft, m)
             margin = rows.margin[m]
+            if self.margins is not None:
+                # Read now: a row's margin is valid only until the next decode.
+                self.margins.extend(float(rows.margin[i]) for i in range(m))
+                self.margins.append(float(margin))
             step = self._emit(chosen, len(draft), m)
             pending = chosen[m]
             yield step
+
+    def _before_stop(self, plan: Plan) -> Plan | None:
+        """``plan`` without its draft's tokens from the first that would end the text at a stop.
+
+        Such a token is never worth a row: the row after it chooses a token
+        that is never emitted, and when the draft before it is accepted the
+        pass's bonus token is that token anyway (the model's own choice). The
+        planner then learns from the draft it sent. ``None`` when no token is
+        left. While token healing reproduces the prompt's end the draft's text
+        is not yet output, so it is left alone.
+        """
+        if not self.options.stop or (self.healing is not None and self.healing.active(self.healed)):
+            return plan
+        model = self.engine.model
+        tokens = valid_prefix(plan.draft.tokens, model.n_vocab)
+        cut = self.text.stop_at([model.token_bytes(t) for t in tokens])
+        if cut is None:
+            return plan
+        return Plan(plan.draft.head(cut), plan.gain) if cut else None
 
     def _healing_prefix(self, draft: tuple[int, ...]) -> tuple[int, ...]:
         """``draft`` up to its first token that the healing constraint does not allow."""
@@ -405,6 +455,7 @@ class Generation:
         for tok in new:
             if model.is_eog(tok):
                 stats.stop_reason = "eos"
+                self.end_token = tok
                 break
             emitted.append(tok)
             self.output.append(tok)
@@ -438,6 +489,11 @@ class Generation:
             self.stats.stop_reason = "cancelled"
         self.text.finish()
         self.stats.tokens = len(self.output)
+        margins: list[float] = []
+        if self.margins is not None:
+            # Rows of a pass past a stop, past max_tokens or past the end of generation chose
+            # nothing that was kept.
+            margins = self.margins[: len(self.output) + (self.end_token is not None)]
         self.result = GenerationResult(
             text=self.text.text,
             tokens=list(self.output),
@@ -445,4 +501,6 @@ class Generation:
             stats=self.stats,
             warnings=self.warnings,
             healed_bytes=self.healed,
+            margins=margins,
+            end_token=self.end_token,
         )

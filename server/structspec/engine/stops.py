@@ -133,6 +133,30 @@ class TextStream:
             self._emitted = len(self._text)
         return delta
 
+    def stop_at(self, pieces: Sequence[bytes]) -> int | None:
+        """Index of the first of ``pieces`` that, pushed after the text so far, ends it.
+
+        ``None`` when none does. Nothing changes: the text and the matcher are
+        as they were (the decode loop asks it of a draft before verifying it).
+        """
+        if self._matcher is None or self.stopped:
+            return None
+        state = self._matcher.state
+        raw = bytearray(self._raw)
+        try:
+            for i, piece in enumerate(pieces):
+                raw += piece
+                cut = _complete_utf8_prefix(raw)
+                if not cut:
+                    continue
+                text = raw[:cut].decode("utf-8", "replace")
+                del raw[:cut]
+                if any(self._matcher.feed(ch) for ch in text):
+                    return i
+            return None
+        finally:
+            self._matcher.state = state
+
     def _release(self) -> str:
         hold = 0
         if self._matcher is not None:
