@@ -380,6 +380,7 @@ class ConfigResult:
             "suggestions": sum(a.shown for a in self.keys),
             "suggestion_chars_p50": percentile([a.chars for a in self.keys if a.shown], 50),
             "tokens_per_second": stats.get("tokensPerSecond", 0.0),
+            "decode_tokens_per_second": stats.get("decodeTokensPerSecond", 0.0),
             "model_suggestions": stats.get("shown", 0),
             "served_without_model": without_model(stats),
             "model": self.status.get("model", "") if isinstance(self.status, dict) else "",
@@ -817,10 +818,17 @@ def run_editor_benchmark(
         )
     )
     s_, g = summaries["structspec"], summaries["greedy"]
-    ratio = s_["tokens_per_second"] / g["tokens_per_second"] if g["tokens_per_second"] else 0.0
+
+    def speed_ratio(key: str) -> float:
+        return s_[key] / g[key] if g[key] else 0.0
+
+    ratio, decode_ratio = speed_ratio("tokens_per_second"), speed_ratio("decode_tokens_per_second")
     out(
-        f"speculation on model-computed answers: {s_['tokens_per_second']:.1f} tok/s vs greedy "
-        f"{g['tokens_per_second']:.1f} tok/s = {ratio:.2f}x (target >= 1.3x)"
+        "speculation on model-computed answers: decode (the passes after the prompt's "
+        f"evaluation) {s_['decode_tokens_per_second']:.1f} tok/s vs greedy "
+        f"{g['decode_tokens_per_second']:.1f} tok/s = {decode_ratio:.2f}x (target >= 1.3x); "
+        f"with the prompt's evaluation {s_['tokens_per_second']:.1f} vs "
+        f"{g['tokens_per_second']:.1f} tok/s = {ratio:.2f}x"
     )
     out(
         f"after accepting a suggestion, ms ({len(points) - s_['no_suggestion_points']} of "
@@ -860,6 +868,7 @@ def run_editor_benchmark(
         "keystrokes": total,
         "configs": summaries,
         "speculation_ratio": round(ratio, 2),
+        "speculation_decode_ratio": round(decode_ratio, 2),
         "contention_ratio": round(contention_ratio, 2),
         "exactness": exact_counts,
     }

@@ -33,6 +33,7 @@ class AcceptanceStats:
     accepted_chars: int = 0
     generated_tokens: int = 0
     generation_seconds: float = 0.0
+    decode_seconds: float = 0.0  # of those, after the prompt's evaluation (the passes)
     last_latency_ms: float | None = None
     last_tokens_per_second: float | None = None
     _latencies: deque[float] = field(default_factory=lambda: deque(maxlen=256))
@@ -58,6 +59,7 @@ class AcceptanceStats:
         """One finished generation: its tokens, total time, and prompt/decode split."""
         self.generated_tokens += tokens
         self.generation_seconds += seconds
+        self.decode_seconds += decode_ms / 1000.0
         self._prefill_ms.append(prefill_ms)
         self._decode_ms.append(decode_ms)
         if seconds > 0 and tokens:
@@ -89,6 +91,11 @@ class AcceptanceStats:
         return self.generated_tokens / self.generation_seconds if self.generation_seconds else 0.0
 
     @property
+    def decode_tokens_per_second(self) -> float:
+        """Tokens per second of the verification passes alone (the prompt's evaluation left out)."""
+        return self.generated_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+    @property
     def median_latency_ms(self) -> float | None:
         return median(self._latencies) if self._latencies else None
 
@@ -106,6 +113,7 @@ class AcceptanceStats:
             "acceptedChars": self.accepted_chars,
             "acceptance": round(self.acceptance, 4),
             "tokensPerSecond": round(self.tokens_per_second, 2),
+            "decodeTokensPerSecond": round(self.decode_tokens_per_second, 2),
             "medianLatencyMs": self.median_latency_ms,
             "medianPrefillMs": median(self._prefill_ms) if self._prefill_ms else None,
             "medianDecodeMs": median(self._decode_ms) if self._decode_ms else None,
