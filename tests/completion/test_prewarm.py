@@ -79,6 +79,31 @@ def test_chunked_prefill_stops_between_chunks_and_resumes():
     assert len(model.prefills) == n
 
 
+def test_chunked_prefill_stops_before_a_chunk_that_would_end_past_the_deadline():
+    """At 1 ms a token (a fake clock), 100-token chunks and 50 left after: the deadline holds."""
+    model = RecordingStandIn()
+    tokens = model.tokenize(PY)[:1000]
+    now = [0.0]
+    evaluated = [0]
+
+    def clock() -> float:
+        if len(model.cached_tokens) != evaluated[0]:  # time passes as tokens are evaluated
+            now[0] += (len(model.cached_tokens) - evaluated[0]) / 1000.0
+            evaluated[0] = len(model.cached_tokens)
+        return now[0]
+
+    done = prefill_in_chunks(
+        model, tokens, lambda: clock() > 0.4, chunk=100, leave=50, deadline=0.4, clock=clock
+    )
+    # 300 tokens (0.3 s) + a fourth chunk and the 50 after it would end at 0.45 s: stopped there.
+    assert not done and len(model.cached_tokens) == 300
+    # Without the deadline only the time spent counts: the fourth and fifth chunks start in time.
+    model.truncate(0)
+    now[0], evaluated[0] = 0.0, 0
+    assert not prefill_in_chunks(model, tokens, lambda: clock() > 0.4, chunk=100, leave=50)
+    assert len(model.cached_tokens) == 500
+
+
 def test_opening_offset():
     model = StandInModel()  # one token per character
     assert opening_offset(model, "short\n", 1000) == len("short\n")
@@ -237,12 +262,13 @@ async def test_latency_budget_holds_during_prefill_and_progress_is_kept(monkeypa
     svc.open_document("file:///p/a.py", "python", 1, PY)
     first = await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
     assert first is None  # out of budget before the prompt was evaluated
-    # Three chunks fit 2.5 s (the check comes before each chunk): kept for the next request.
-    assert [n for n, _ in model.prefills] == [128, 256, 384]
-    assert len(model.cached_tokens) == 384
+    # After the first chunk (1 s), a second and the last chunk the engine evaluates would end
+    # at 3 s, past 2.5: it stops there, and what was evaluated is kept for the next request.
+    assert [n for n, _ in model.prefills] == [128]
+    assert len(model.cached_tokens) == 128
     model.prefills.clear()
     await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
-    assert model.prefills[0] == (512, 384)  # continued, not restarted
+    assert model.prefills[0] == (256, 128)  # continued, not restarted
     svc.close()
     assert svc.join()
 

@@ -198,6 +198,8 @@ def run_completion(
         prompt.tokens[:-1],
         lambda: cancelled() or clock() - job.t0 > prefill_budget,
         leave=PREFILL_CHUNK,  # the engine evaluates the last chunk itself
+        deadline=job.t0 + prefill_budget,
+        clock=clock,
     ):
         return Outcome(cancelled=cancelled(), cut=prompt.cut, unfinished=not cancelled())
     generation_start = clock()

@@ -19,6 +19,7 @@ below what it holds of this prompt).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 from structspec.model.base import Model, common_prefix_len
@@ -48,22 +49,38 @@ def prefill_in_chunks(
     stop: Callable[[], bool],
     chunk: int = PREFILL_CHUNK,
     leave: int = 0,
+    *,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> bool:
     """Evaluate ``tokens`` chunk by chunk until done (``True``) or ``stop()`` (``False``).
 
     ``leave``: stop (done) once at most that many tokens remain, for a caller
-    whose own prefill evaluates the rest in one go.
+    whose own prefill evaluates the rest in one go. ``deadline`` (a ``clock()``
+    time): stop too before a chunk that, at the speed of the chunks before it,
+    would end past it with the ``leave`` tokens after it. A chunk takes 100 ms
+    on a quiet machine but several times that while other processes hold the
+    cores, so checking only the time already spent would let the budget run
+    over by a chunk and the rest.
     """
     done = reusable_prefix(model, tokens)
     slotted = kv_slots(model)  # chooses the KV slot for the whole prompt
+    started, evaluated = clock(), 0
     while len(tokens) - done > leave:
         if stop():
             return False
-        done = min(len(tokens), done + chunk)
+        step = min(chunk, len(tokens) - done)
+        if deadline is not None and evaluated:
+            per_token = (clock() - started) / evaluated
+            after = min(leave, len(tokens) - done - step)
+            if clock() + per_token * (step + after) > deadline:
+                return False
+        done += step
         if slotted is not None:
             slotted.prefill_part(tokens, done)
         else:
             model.prefill(tokens[:done])
+        evaluated += step
     return True
 
 
