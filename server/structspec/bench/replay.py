@@ -24,6 +24,11 @@ rejection only), so ``ReplayModel.verify`` fills them with ``-1``.
 
 Record: ``structspec benchmark --record OUT.json --limit 40 --max-tokens 128``.
 Replay: ``structspec benchmark --replay OUT.json``.
+
+The recorded output does not depend on the cost table (it is greedy), so a
+recording replays under any other table too (``load_cost_table``,
+``--cost-table FILE``): what another machine or thread count would predict for
+the same choices of the model.
 """
 
 from __future__ import annotations
@@ -121,6 +126,21 @@ class Recording:
             if not p.prompt or len(p.output) != len(p.margins):
                 raise ReplayError(f"recording {path}: prompt {p.id} is malformed")
         return rec
+
+
+def load_cost_table(path: str | Path) -> CostModel:
+    """A cost table from ``path``: the runtime's cache file (``{"ms": [...]}``) or a JSON list.
+
+    ``ms[n - 1]`` is the time of a pass of ``n`` rows, as in ``CostModel``.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        ms = data["ms"] if isinstance(data, dict) else data
+        if not isinstance(ms, list):
+            raise TypeError("not a list of times")
+        return CostModel(tuple(float(v) for v in ms))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ReplayError(f"cannot read cost table {path}: {exc}") from None
 
 
 class _NoLogits(Sequence[np.ndarray]):
@@ -364,12 +384,14 @@ def replay(
     *,
     prompts: Iterable[RecordedPrompt] | None = None,
     oracle: bool = False,
+    cost: CostModel | None = None,
 ) -> ReplayResult:
     """Run every recorded prompt through one engine (its statistics carry over, as in a run).
 
     ``oracle`` replaces the engine's planner by ``OraclePlanner`` over the same sources.
+    ``cost`` replaces the recording's cost table, for the planner and the prediction alike.
     """
-    cost = CostModel(recording.cost_ms)
+    cost = cost or CostModel(recording.cost_ms)
     model = ReplayModel(vocab)
     engine = make_engine(model, cost)
     if oracle:
@@ -534,11 +556,15 @@ def record(
     return Recording(model.name, threads, max_tokens, tuple(cost_ms), tuple(recorded))
 
 
-def report(result: ReplayResult, recording: Recording) -> str:
-    """The replay's prediction in a few lines (the hash last, for scripts)."""
+def report(result: ReplayResult, recording: Recording, *, cost_table: str | None = None) -> str:
+    """The replay's prediction in a few lines (the hash last, for scripts).
+
+    ``cost_table`` names the file whose table replaced the recording's.
+    """
+    table = cost_table or f"the recording's, {recording.threads} threads"
     lines = [
         f"replay: {result.prompts} prompts, {result.tokens} tokens, {result.passes} passes "
-        f"({recording.model}, cost table of {recording.threads} threads)",
+        f"({recording.model}, cost table: {table})",
         f"predicted: {result.predicted_ms:.1f} ms vs greedy {result.greedy_ms:.1f} ms: "
         f"speed-up {result.speedup:.3f}x, {result.tokens / max(result.passes, 1):.2f} tokens/pass",
         "slowest prompt: {} {:.3f}x".format(*result.slowest),

@@ -164,6 +164,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --replay: also replay with a control that knows which draft tokens the "
         "model accepts (the bound for the planner over the same sources)",
     )
+    p.add_argument(
+        "--cost-table",
+        metavar="FILE",
+        help="with --replay: plan and predict with this cost table instead of the recording's "
+        "(a file of ~/.cache/structspec/cost/, or a JSON list of ms per pass of 1, 2, ... rows)",
+    )
     p.set_defaults(func=run)
 
 
@@ -226,6 +232,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_replay(args)
     if args.oracle:
         raise UserError("--oracle needs --replay RECORDING")
+    if args.cost_table:
+        raise UserError("--cost-table needs --replay RECORDING")
     if args.suite == "editor":
         return _run_editor(args)
     if args.suite == "infill":
@@ -807,11 +815,19 @@ def _run_record(args: argparse.Namespace, settings: Any, prompts: list) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from structspec.bench.replay import Recording, ReplayError, replay, replay_markdown, report
+    from structspec.bench.replay import (
+        Recording,
+        ReplayError,
+        load_cost_table,
+        replay,
+        replay_markdown,
+        report,
+    )
     from structspec.runtime import assemble_engine, open_model
 
     try:
         recordings = [(path, Recording.load(path)) for path in args.replay]
+        cost = load_cost_table(args.cost_table) if args.cost_table else None
     except ReplayError as exc:
         raise UserError(str(exc)) from None
     settings = settings_from_args(args).settings
@@ -831,9 +847,10 @@ def _run_replay(args: argparse.Namespace) -> int:
                 lambda model, cost: assemble_engine(model, settings, cost),
                 prompts=prompts,
                 oracle=control == "oracle",
+                cost=cost,
             )
             print(f"== {path}: {control}")
-            print(report(results[control], recording))
+            print(report(results[control], recording, cost_table=args.cost_table))
             failed = failed or bool(results[control].mismatches)
         if args.oracle:
             gap = results["planner"].speedup / results["oracle"].speedup
