@@ -32,6 +32,7 @@ from structspec.engine.control import (
     CostModel,
     DraftPlanner,
     MarginGate,
+    ProvenanceGate,
     TokenClassGate,
     measure_cost,
 )
@@ -173,6 +174,7 @@ def make_planner(cost: CostModel, sources: Sequence[DraftSource] = ()) -> DraftP
         MarginGate(),
         classes=TokenClassGate(),
         agreement=AgreementGate(),
+        provenance=ProvenanceGate(),
     )
 
 
