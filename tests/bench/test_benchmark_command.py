@@ -143,6 +143,8 @@ def test_cost_table_without_replay_is_refused(tmp_path):
     write_suite(suite, ["x = 1\n"])
     p = benchmark(suite, "--cost-table", str(tmp_path / "cost.json"))
     assert p.returncode != 0 and "--cost-table needs --replay" in p.stderr
+    p = benchmark(suite, "--orders")
+    assert p.returncode != 0 and "--orders needs --replay" in p.stderr
 
 
 def test_server_logs_that_cannot_be_created_are_one_line(tmp_path):

@@ -176,3 +176,23 @@ def test_a_cost_table_file_replaces_the_recordings(tmp_path) -> None:
     assert cheap.mismatches == [] and cheap.digest != own.digest  # the planner plans with it
     assert cheap.greedy_ms == pytest.approx(1.0 * own.greedy_ms / rec.cost_ms[0])
     assert cheap.speedup > own.speedup  # rows are cheaper: drafting pays more
+
+
+def test_prompt_orders_are_four_permutations_and_the_markdown_lists_them() -> None:
+    from structspec.bench.replay import prompt_orders, replay_markdown
+
+    rec = _recording()
+    orders = prompt_orders(rec.prompts)
+    assert list(orders) == ["recorded", "reversed", "even-odd", "rotated"]
+    assert orders["recorded"] == rec.prompts and orders["reversed"] == rec.prompts[::-1]
+    assert all(sorted(o, key=lambda p: p.id) == list(rec.prompts) for o in orders.values())
+    vocab = StandInModel()
+    results = {name: replay(rec, vocab, _engine_factory, prompts=o) for name, o in orders.items()}
+    assert all(r.mismatches == [] for r in results.values())
+    text = replay_markdown(
+        "structspec benchmark --replay r.json --orders",
+        [("r.json", rec, {"planner": results["recorded"]})],
+        {"r.json": results},
+    )
+    assert "| recording | recorded | reversed | even-odd | rotated | mean |" in text
+    assert f"{results['reversed'].speedup:.3f}x" in text

@@ -372,6 +372,23 @@ class OraclePlanner(DraftPlanner):
         pass
 
 
+def prompt_orders(prompts: Sequence[RecordedPrompt]) -> dict[str, tuple[RecordedPrompt, ...]]:
+    """The prompts in four orders: as recorded, reversed, even then odd, rotated by half.
+
+    The planner's statistics carry from prompt to prompt, so one different pass
+    early changes later ones and a change's prediction moves by a few tenths of
+    a per cent with the order alone; a change that helps should help in each.
+    """
+    p = tuple(prompts)
+    half = len(p) // 2
+    return {
+        "recorded": p,
+        "reversed": p[::-1],
+        "even-odd": p[::2] + p[1::2],
+        "rotated": p[half:] + p[:half],
+    }
+
+
 #: Builds the engine to replay through, from the replay model and the cost table
 #: (the composition root's own assembly, so the replay runs what users run).
 EngineFactory = Callable[[Model, CostModel], Engine]
@@ -593,10 +610,25 @@ def _loss_line(label: str, loss: PassLoss) -> str:
     return f"  {label}: {loss.passes} passes{accepted}, lost {loss.loss_ms:.0f} ms"
 
 
+def orders_line(results: dict[str, ReplayResult]) -> str:
+    """The planner's speed-up (and slowest prompt) in each prompt order, and their means."""
+    cells = [f"{name} {r.speedup:.3f}x ({r.slowest[1]:.3f}x)" for name, r in results.items()]
+    n = max(len(results), 1)
+    mean = sum(r.speedup for r in results.values()) / n
+    slowest = sum(r.slowest[1] for r in results.values()) / n
+    return ", ".join(cells) + f"; mean {mean:.3f}x (slowest {slowest:.3f}x)"
+
+
 def replay_markdown(
-    command: str, rows: Sequence[tuple[str, Recording, dict[str, ReplayResult]]]
+    command: str,
+    rows: Sequence[tuple[str, Recording, dict[str, ReplayResult]]],
+    orders: dict[str, dict[str, ReplayResult]] | None = None,
 ) -> str:
-    """A Markdown section: the command, and per recording each control's predicted speed-up."""
+    """A Markdown section: the command, and per recording each control's predicted speed-up.
+
+    ``orders`` (recording path -> ``prompt_orders`` name -> the planner's
+    result) adds a table of the planner in each prompt order.
+    """
     controls = list(dict.fromkeys(c for _, _, results in rows for c in results))
     head = ["recording", "prompts x tokens"]
     for c in controls:
@@ -640,4 +672,23 @@ def replay_markdown(
                 for k in PASS_KINDS
             ]
             losses.append(f"| `{path}` | " + " | ".join(cells) + " |")
-    return "\n".join([*lines, "", *digests, "", *losses]) + "\n"
+    by_order: list[str] = []
+    if orders:
+        names = list(dict.fromkeys(n for results in orders.values() for n in results))
+        by_order = [
+            "",
+            "The planner with the prompts in four orders (speed-up, slowest prompt):",
+            "",
+            "| recording | " + " | ".join(names) + " | mean |",
+            "| " + " | ".join("---" for _ in range(len(names) + 2)) + " |",
+        ]
+        for path, results in orders.items():
+            cells = [
+                f"{results[n].speedup:.3f}x ({results[n].slowest[1]:.3f}x)" if n in results else ""
+                for n in names
+            ]
+            mean = sum(r.speedup for r in results.values()) / max(len(results), 1)
+            slow = sum(r.slowest[1] for r in results.values()) / max(len(results), 1)
+            cells.append(f"{mean:.3f}x ({slow:.3f}x)")
+            by_order.append(f"| `{path}` | " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", *digests, "", *losses, *by_order]) + "\n"

@@ -165,6 +165,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "model accepts (the bound for the planner over the same sources)",
     )
     p.add_argument(
+        "--orders",
+        action="store_true",
+        help="with --replay: also replay the planner with the prompts in three more orders "
+        "(reversed, even then odd, rotated by half): its statistics carry from prompt to prompt",
+    )
+    p.add_argument(
         "--cost-table",
         metavar="FILE",
         help="with --replay: plan and predict with this cost table instead of the recording's "
@@ -232,8 +238,9 @@ def run(args: argparse.Namespace) -> int:
         return _run_replay(args)
     if args.oracle:
         raise UserError("--oracle needs --replay RECORDING")
-    if args.cost_table:
-        raise UserError("--cost-table needs --replay RECORDING")
+    if args.cost_table or args.orders:
+        flag = "--cost-table" if args.cost_table else "--orders"
+        raise UserError(f"{flag} needs --replay RECORDING")
     if args.suite == "editor":
         return _run_editor(args)
     if args.suite == "infill":
@@ -818,7 +825,10 @@ def _run_replay(args: argparse.Namespace) -> int:
     from structspec.bench.replay import (
         Recording,
         ReplayError,
+        ReplayResult,
         load_cost_table,
+        orders_line,
+        prompt_orders,
         replay,
         replay_markdown,
         report,
@@ -836,6 +846,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         if vocab.name != recording.model:
             raise UserError(f"{path}: the recording is of {recording.model}, not {vocab.name}")
     rows = []
+    by_order: dict[str, dict[str, ReplayResult]] = {}
     failed = False
     for path, recording in recordings:
         prompts = recording.prompts[: args.limit] if args.limit else None
@@ -855,8 +866,25 @@ def _run_replay(args: argparse.Namespace) -> int:
         if args.oracle:
             gap = results["planner"].speedup / results["oracle"].speedup
             print(f"planner / oracle: {gap:.3f}")
+        if args.orders:
+            ordered: dict[str, ReplayResult] = {}
+            for name, order in prompt_orders(prompts or recording.prompts).items():
+                ordered[name] = (
+                    results["planner"]
+                    if name == "recorded"
+                    else replay(
+                        recording,
+                        vocab,
+                        lambda model, cost: assemble_engine(model, settings, cost),
+                        prompts=order,
+                        cost=cost,
+                    )
+                )
+                failed = failed or bool(ordered[name].mismatches)
+            print(f"planner in four orders: {orders_line(ordered)}")
+            by_order[path] = ordered
         rows.append((path, recording, results))
     if args.markdown_out:
-        text = replay_markdown(_command_line(), rows)
+        text = replay_markdown(_command_line(), rows, by_order or None)
         Path(args.markdown_out).write_text(text, encoding="utf-8")
     return 1 if failed else 0
