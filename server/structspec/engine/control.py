@@ -27,7 +27,9 @@ tokens: they cost nothing extra and may be accepted.
 - ``AgreementGate`` scales the first token's acceptance by whether another
   source drafts the same token; ``TokenClassGate`` scales each token's by
   its kind, the kind before it and whether the source doubts it (copies
-  break at numbers, and where another occurrence of the copy went elsewhere).
+  break at numbers, and where another occurrence of the copy went elsewhere);
+  ``ProvenanceGate`` by how the text a copy is taken from came about (a
+  token that broke an earlier copy tends to break this one).
 - ``DraftPlanner`` scores every proposal, sent or not, by the text that
   followed it, so all of these learn from every pass.
 """
@@ -372,9 +374,12 @@ class ProvenanceGate(TokenClassGate):
     as in ``TokenClassGate``, whose factors this one multiplies. Drafts
     without a provenance (other sources) are not judged.
 
-    Replaying both recordings in four prompt orders and under both committed
-    cost tables, it lifted the mean predicted speed-up and the slowest prompt
-    in each (``docs/BENCHMARKS-replay.md``).
+    Replaying both recordings in four prompt orders under both committed cost
+    tables, it lifted the mean slowest prompt in all four (recording, table)
+    pairs and the mean predicted speed-up in three (HumanEval 1.274x to 1.287x,
+    and with the 2-thread table 1.417x to 1.424x and the mixed suite 1.402x
+    to 1.420x); the mixed suite with the recordings' table stayed level
+    (1.250x to 1.248x). See ``docs/BENCHMARKS-replay.md``.
     """
 
     def __init__(self, *, weight: float = 20.0, decay: float = 0.9999) -> None:
