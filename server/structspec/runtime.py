@@ -32,6 +32,7 @@ from structspec.engine.control import (
     CostModel,
     DraftPlanner,
     MarginGate,
+    ProvenanceGate,
     ThreadCosts,
     TokenClassGate,
     measure_cost,
@@ -201,6 +202,7 @@ def make_planner(cost: CostModel, sources: Sequence[DraftSource] = ()) -> DraftP
         MarginGate(),
         classes=TokenClassGate(),
         agreement=AgreementGate(),
+        provenance=ProvenanceGate(),
     )
 
 

@@ -138,6 +138,15 @@ def test_oracle_without_replay_is_refused(tmp_path):
     assert p.returncode != 0 and "--oracle needs --replay" in p.stderr
 
 
+def test_cost_table_without_replay_is_refused(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    write_suite(suite, ["x = 1\n"])
+    p = benchmark(suite, "--cost-table", str(tmp_path / "cost.json"))
+    assert p.returncode != 0 and "--cost-table needs --replay" in p.stderr
+    p = benchmark(suite, "--orders")
+    assert p.returncode != 0 and "--orders needs --replay" in p.stderr
+
+
 def test_server_logs_that_cannot_be_created_are_one_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -148,3 +148,51 @@ def test_best_rate_is_the_best_cut_of_any_proposal() -> None:
     # two tokens accepted: 3 tokens in a pass of 3 rows, padded to 4 only if the draft fills it
     assert best_rate(cost, [(5, 6)], (5, 6, 7)) == pytest.approx(3 / 2.5)
     assert best_rate(cost, [(5, 9), (5, 6, 7)], (5, 6, 7)) == pytest.approx(4 / 2.5)
+
+
+def test_a_cost_table_file_replaces_the_recordings(tmp_path) -> None:
+    import json
+
+    from structspec.bench.replay import ReplayError, load_cost_table
+
+    flat = [1.0 + 0.05 * n for n in range(16)]
+    cache = tmp_path / "cache.json"
+    cache.write_text(json.dumps({"model": "m.gguf", "threads": 2, "ms": flat}))
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(flat))
+    assert load_cost_table(cache) == load_cost_table(bare) == CostModel(tuple(flat))
+    for text in ("{}", '{"ms": [1, -2]}', '"fast"', "not json"):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(ReplayError, match="cannot read cost table"):
+            load_cost_table(bad)
+
+    rec = _recording()
+    vocab = StandInModel()
+    own = replay(rec, vocab, _engine_factory)
+    same = replay(rec, vocab, _engine_factory, cost=CostModel(rec.cost_ms))
+    cheap = replay(rec, vocab, _engine_factory, cost=load_cost_table(bare))
+    assert (same.digest, same.predicted_ms) == (own.digest, own.predicted_ms)
+    assert cheap.mismatches == [] and cheap.digest != own.digest  # the planner plans with it
+    assert cheap.greedy_ms == pytest.approx(1.0 * own.greedy_ms / rec.cost_ms[0])
+    assert cheap.speedup > own.speedup  # rows are cheaper: drafting pays more
+
+
+def test_prompt_orders_are_four_permutations_and_the_markdown_lists_them() -> None:
+    from structspec.bench.replay import prompt_orders, replay_markdown
+
+    rec = _recording()
+    orders = prompt_orders(rec.prompts)
+    assert list(orders) == ["recorded", "reversed", "even-odd", "rotated"]
+    assert orders["recorded"] == rec.prompts and orders["reversed"] == rec.prompts[::-1]
+    assert all(sorted(o, key=lambda p: p.id) == list(rec.prompts) for o in orders.values())
+    vocab = StandInModel()
+    results = {name: replay(rec, vocab, _engine_factory, prompts=o) for name, o in orders.items()}
+    assert all(r.mismatches == [] for r in results.values())
+    text = replay_markdown(
+        "structspec benchmark --replay r.json --orders",
+        [("r.json", rec, {"planner": results["recorded"]})],
+        {"r.json": results},
+    )
+    assert "| recording | recorded | reversed | even-odd | rotated | mean |" in text
+    assert f"{results['reversed'].speedup:.3f}x" in text

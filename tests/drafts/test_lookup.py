@@ -103,3 +103,26 @@ def test_occurrences_that_agree_mark_no_fork():
     head = [1, 2, 3, 4, 5, 6]
     d = LookupSource().propose(ctx([*head, 7, 8, 9, 0, *head, 7, 8, 9, 0, *head]))
     assert d is not None and d.fork is None and d.tier == "m16"
+
+
+def test_each_drafted_token_carries_how_the_copied_text_came_about():
+    # 1 2 3 was followed by 4, then by 5: the copy drafts from the later one, whose 5
+    # broke the earlier copy (x); 9 1 2 had no earlier 3-token match (-); its 3 was
+    # predicted by one (c); past the text the copy runs into its own draft (o)
+    d = LookupSource().propose(ctx([1, 2, 3, 4, 9, 1, 2, 3, 5, 9, 1, 2, 3]))
+    assert d is not None and d.tokens == (5, 9, 1, 2, 3, 5, 9, 1)
+    assert d.provenance == "x---cooo"
+    assert d.head(3).provenance == "x--"
+
+
+def test_a_long_earlier_match_strengthens_the_provenance():
+    head = [1, 2, 3, 4, 5, 6]
+    d = LookupSource().propose(ctx([*head, 7, 0, *head, 7, 8, 0, *head], max_tokens=2))
+    # the copy drafts 7 8; that 7 was predicted after 6 matching tokens (C), the 8 broke
+    # the earlier copy, which had continued with 0 after as long a match (X)
+    assert d is not None and d.tokens == (7, 8) and d.provenance == "CX"
+
+
+def test_a_corpus_copy_judges_the_provenance_in_its_own_sequence():
+    d = LookupSource().propose(ctx([7, 8, 9], corpus=[[1, 8, 9, 10, 1, 8, 9, 10]]))
+    assert d is not None and d.tokens == (10,) and d.provenance == "c"

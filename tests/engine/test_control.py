@@ -250,3 +250,23 @@ def test_token_class_gate_survives_long_decay() -> None:
         gate.observe(model, Draft((word, digit, word), "s"), 1)
     _, on_digit, _ = gate.scales(model, Draft((word, digit, word), "s"))
     assert 0.0 < on_digit < 0.9
+
+
+def test_provenance_gate_learns_which_copied_tokens_hold() -> None:
+    from structspec.engine.control import ProvenanceGate
+
+    model = StandInModel()
+    gate = ProvenanceGate(weight=2.0)
+    broken = Draft((1, 2, 3), "lookup", provenance="ccx")
+    assert gate.scales(model, broken) == [1.0, 1.0, 1.0]  # nothing learnt yet
+    assert gate.classes(model, broken) == ["first:c", "c", "x"]
+    for _ in range(50):
+        gate.observe(model, Draft((1, 2, 3), "lookup", provenance="ccc"), 3)
+        gate.observe(model, broken, 2)  # the token that broke an earlier copy breaks this one
+    _, copied, changed = gate.scales(model, broken)
+    assert changed < 0.5 < 1.0 < copied
+    # a draft without provenance (another source) is not judged, nor learnt from
+    assert gate.scales(model, Draft((1, 2, 3), "rules")) == [1.0, 1.0, 1.0]
+    before = gate.scales(model, broken)
+    gate.observe(model, Draft((1, 2, 3), "rules"), 0)
+    assert gate.scales(model, broken) == before

@@ -40,6 +40,11 @@ Record: ``structspec benchmark --record OUT.json --limit 40 --max-tokens 128``;
 an editor recording: ``structspec benchmark --suite editor --record OUT.json``
 (the trace is kept beside it, ``OUT.json.trace.jsonl``).
 Replay: ``structspec benchmark --replay OUT.json``.
+
+The recorded output does not depend on the cost table (it is greedy), so a
+recording replays under any other table too (``load_cost_table``,
+``--cost-table FILE``): what another machine or thread count would predict for
+the same choices of the model.
 """
 
 from __future__ import annotations
@@ -240,6 +245,21 @@ def recording_from_trace(
             raise ReplayError(f"trace {path}: generation {p.id} is malformed")
     top = max((p.max_tokens or 0 for p in prompts), default=0)
     return Recording(model, threads, top, tuple(cost_ms), tuple(prompts))
+
+
+def load_cost_table(path: str | Path) -> CostModel:
+    """A cost table from ``path``: the runtime's cache file (``{"ms": [...]}``) or a JSON list.
+
+    ``ms[n - 1]`` is the time of a pass of ``n`` rows, as in ``CostModel``.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        ms = data["ms"] if isinstance(data, dict) else data
+        if not isinstance(ms, list):
+            raise TypeError("not a list of times")
+        return CostModel(tuple(float(v) for v in ms))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ReplayError(f"cannot read cost table {path}: {exc}") from None
 
 
 class _RecordedLogits(Sequence[np.ndarray]):
@@ -508,6 +528,23 @@ class OraclePlanner(DraftPlanner):
         pass
 
 
+def prompt_orders(prompts: Sequence[RecordedPrompt]) -> dict[str, tuple[RecordedPrompt, ...]]:
+    """The prompts in four orders: as recorded, reversed, even then odd, rotated by half.
+
+    The planner's statistics carry from prompt to prompt, so one different pass
+    early changes later ones and a change's prediction moves by a few tenths of
+    a per cent with the order alone; a change that helps should help in each.
+    """
+    p = tuple(prompts)
+    half = len(p) // 2
+    return {
+        "recorded": p,
+        "reversed": p[::-1],
+        "even-odd": p[::2] + p[1::2],
+        "rotated": p[half:] + p[:half],
+    }
+
+
 #: Builds the engine to replay through, from the replay model and the cost table
 #: (the composition root's own assembly, so the replay runs what users run).
 EngineFactory = Callable[[Model, CostModel], Engine]
@@ -520,12 +557,14 @@ def replay(
     *,
     prompts: Iterable[RecordedPrompt] | None = None,
     oracle: bool = False,
+    cost: CostModel | None = None,
 ) -> ReplayResult:
     """Run every recorded prompt through one engine (its statistics carry over, as in a run).
 
     ``oracle`` replaces the engine's planner by ``OraclePlanner`` over the same sources.
+    ``cost`` replaces the recording's cost table, for the planner and the prediction alike.
     """
-    cost = CostModel(recording.cost_ms)
+    cost = cost or CostModel(recording.cost_ms)
     model = ReplayModel(vocab)
     engine = make_engine(model, cost)
     if oracle:
@@ -698,11 +737,15 @@ def record(
     return Recording(model.name, threads, max_tokens, tuple(cost_ms), tuple(recorded))
 
 
-def report(result: ReplayResult, recording: Recording) -> str:
-    """The replay's prediction in a few lines (the hash last, for scripts)."""
+def report(result: ReplayResult, recording: Recording, *, cost_table: str | None = None) -> str:
+    """The replay's prediction in a few lines (the hash last, for scripts).
+
+    ``cost_table`` names the file whose table replaced the recording's.
+    """
+    table = cost_table or f"the recording's, {recording.threads} threads"
     lines = [
         f"replay: {result.prompts} prompts, {result.tokens} tokens, {result.passes} passes "
-        f"({recording.model}, cost table of {recording.threads} threads)",
+        f"({recording.model}, cost table: {table})",
         f"predicted: {result.predicted_ms:.1f} ms vs greedy {result.greedy_ms:.1f} ms: "
         f"speed-up {result.speedup:.3f}x, {result.tokens / max(result.passes, 1):.2f} tokens/pass",
         "slowest prompt: {} {:.3f}x".format(*result.slowest),
@@ -737,10 +780,25 @@ def _loss_line(label: str, loss: PassLoss) -> str:
     return f"  {label}: {loss.passes} passes{accepted}, lost {loss.loss_ms:.0f} ms"
 
 
+def orders_line(results: dict[str, ReplayResult]) -> str:
+    """The planner's speed-up (and slowest prompt) in each prompt order, and their means."""
+    cells = [f"{name} {r.speedup:.3f}x ({r.slowest[1]:.3f}x)" for name, r in results.items()]
+    n = max(len(results), 1)
+    mean = sum(r.speedup for r in results.values()) / n
+    slowest = sum(r.slowest[1] for r in results.values()) / n
+    return ", ".join(cells) + f"; mean {mean:.3f}x (slowest {slowest:.3f}x)"
+
+
 def replay_markdown(
-    command: str, rows: Sequence[tuple[str, Recording, dict[str, ReplayResult]]]
+    command: str,
+    rows: Sequence[tuple[str, Recording, dict[str, ReplayResult]]],
+    orders: dict[str, dict[str, ReplayResult]] | None = None,
 ) -> str:
-    """A Markdown section: the command, and per recording each control's predicted speed-up."""
+    """A Markdown section: the command, and per recording each control's predicted speed-up.
+
+    ``orders`` (recording path -> ``prompt_orders`` name -> the planner's
+    result) adds a table of the planner in each prompt order.
+    """
     controls = list(dict.fromkeys(c for _, _, results in rows for c in results))
     head = ["recording", "prompts x tokens"]
     for c in controls:
@@ -784,4 +842,23 @@ def replay_markdown(
                 for k in PASS_KINDS
             ]
             losses.append(f"| `{path}` | " + " | ".join(cells) + " |")
-    return "\n".join([*lines, "", *digests, "", *losses]) + "\n"
+    by_order: list[str] = []
+    if orders:
+        names = list(dict.fromkeys(n for results in orders.values() for n in results))
+        by_order = [
+            "",
+            "The planner with the prompts in four orders (speed-up, slowest prompt):",
+            "",
+            "| recording | " + " | ".join(names) + " | mean |",
+            "| " + " | ".join("---" for _ in range(len(names) + 2)) + " |",
+        ]
+        for path, results in orders.items():
+            cells = [
+                f"{results[n].speedup:.3f}x ({results[n].slowest[1]:.3f}x)" if n in results else ""
+                for n in names
+            ]
+            mean = sum(r.speedup for r in results.values()) / max(len(results), 1)
+            slow = sum(r.slowest[1] for r in results.values()) / max(len(results), 1)
+            cells.append(f"{mean:.3f}x ({slow:.3f}x)")
+            by_order.append(f"| `{path}` | " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", *digests, "", *losses, *by_order]) + "\n"

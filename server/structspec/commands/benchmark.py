@@ -165,6 +165,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --replay: also replay with a control that knows which draft tokens the "
         "model accepts (the bound for the planner over the same sources)",
     )
+    p.add_argument(
+        "--orders",
+        action="store_true",
+        help="with --replay: also replay the planner with the prompts in three more orders "
+        "(reversed, even then odd, rotated by half): its statistics carry from prompt to prompt",
+    )
+    p.add_argument(
+        "--cost-table",
+        metavar="FILE",
+        help="with --replay: plan and predict with this cost table instead of the recording's "
+        "(a file of ~/.cache/structspec/cost/, or a JSON list of ms per pass of 1, 2, ... rows)",
+    )
     p.set_defaults(func=run)
 
 
@@ -227,6 +239,9 @@ def run(args: argparse.Namespace) -> int:
         return _run_replay(args)
     if args.oracle:
         raise UserError("--oracle needs --replay RECORDING")
+    if args.cost_table or args.orders:
+        flag = "--cost-table" if args.cost_table else "--orders"
+        raise UserError(f"{flag} needs --replay RECORDING")
     if args.suite == "editor":
         return _run_editor(args)
     if args.suite == "infill":
@@ -809,11 +824,22 @@ def _run_record(args: argparse.Namespace, settings: Any, prompts: list) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from structspec.bench.replay import Recording, ReplayError, replay, replay_markdown, report
+    from structspec.bench.replay import (
+        Recording,
+        ReplayError,
+        ReplayResult,
+        load_cost_table,
+        orders_line,
+        prompt_orders,
+        replay,
+        replay_markdown,
+        report,
+    )
     from structspec.runtime import assemble_engine, open_model
 
     try:
         recordings = [(path, Recording.load(path)) for path in args.replay]
+        cost = load_cost_table(args.cost_table) if args.cost_table else None
     except ReplayError as exc:
         raise UserError(str(exc)) from None
     settings = settings_from_args(args).settings
@@ -822,6 +848,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         if vocab.name != recording.model:
             raise UserError(f"{path}: the recording is of {recording.model}, not {vocab.name}")
     rows = []
+    by_order: dict[str, dict[str, ReplayResult]] = {}
     failed = False
     for path, recording in recordings:
         prompts = recording.prompts[: args.limit] if args.limit else None
@@ -833,15 +860,33 @@ def _run_replay(args: argparse.Namespace) -> int:
                 lambda model, cost: assemble_engine(model, settings, cost),
                 prompts=prompts,
                 oracle=control == "oracle",
+                cost=cost,
             )
             print(f"== {path}: {control}")
-            print(report(results[control], recording))
+            print(report(results[control], recording, cost_table=args.cost_table))
             failed = failed or bool(results[control].mismatches)
         if args.oracle:
             gap = results["planner"].speedup / results["oracle"].speedup
             print(f"planner / oracle: {gap:.3f}")
+        if args.orders:
+            ordered: dict[str, ReplayResult] = {}
+            for name, order in prompt_orders(prompts or recording.prompts).items():
+                ordered[name] = (
+                    results["planner"]
+                    if name == "recorded"
+                    else replay(
+                        recording,
+                        vocab,
+                        lambda model, cost: assemble_engine(model, settings, cost),
+                        prompts=order,
+                        cost=cost,
+                    )
+                )
+                failed = failed or bool(ordered[name].mismatches)
+            print(f"planner in four orders: {orders_line(ordered)}")
+            by_order[path] = ordered
         rows.append((path, recording, results))
     if args.markdown_out:
-        text = replay_markdown(_command_line(), rows)
+        text = replay_markdown(_command_line(), rows, by_order or None)
         Path(args.markdown_out).write_text(text, encoding="utf-8")
     return 1 if failed else 0

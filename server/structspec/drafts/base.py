@@ -43,12 +43,16 @@ class Draft:
     source itself doubts: the lookup's other matches agree with the draft up
     to it and continue differently there (the planner learns how often such
     a token holds).
+    ``provenance``, when set, has one letter per token saying how the text a
+    copy was taken from came about (``PROVENANCE``); the planner learns how
+    often a copied token holds by it.
     """
 
     tokens: tuple[int, ...]
     source: str
     tier: str = ""
     fork: int | None = None
+    provenance: str = ""
 
     @property
     def key(self) -> str:
@@ -58,7 +62,20 @@ class Draft:
     def head(self, n: int) -> Draft:
         """The draft of its first ``n`` tokens (the fork kept if they reach it)."""
         fork = self.fork if self.fork is not None and self.fork < n else None
-        return Draft(self.tokens[:n], self.source, self.tier, fork)
+        return Draft(self.tokens[:n], self.source, self.tier, fork, self.provenance[:n])
+
+
+#: The letters of ``Draft.provenance``: how the copied token came about, judged
+#: by the longest earlier match (at least 3 tokens) of the text before it, as
+#: if it had been drafted by copying when it was written.
+PROVENANCE = {
+    "c": "that match continued with the same token (a copy of a copy)",
+    "C": "the same, after a match of at least 6 tokens",
+    "x": "that match continued differently (the token broke a copy)",
+    "X": "the same, after a match of at least 6 tokens",
+    "-": "no earlier match of 3 tokens",
+    "o": "the token lies past the text: a copy running into its own draft",
+}
 
 
 @dataclass(frozen=True)

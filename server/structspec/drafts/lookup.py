@@ -21,6 +21,14 @@ tier's acceptance separately:
 - ``o`` when the match lies in the output so far rather than the prompt or
   the corpus: the model repeating itself is a better bet for short matches.
 
+Each draft token carries its ``provenance`` (``drafts.base.PROVENANCE``): how
+the copied token came about, judged by the longest match of the text before it
+earlier still, as if the lookup had drafted it when it was written. A token
+that an earlier copy predicted is copied again faithfully more often than the
+rest, one that broke an earlier copy is likely to break this one too, and a
+copy running into its own draft rarely breaks; the planner's
+``ProvenanceGate`` learns how often each holds (``docs/BENCHMARKS-replay.md``).
+
 A draft without ``x`` may carry a ``fork``: the first later token where
 another occurrence that matches at least 6 tokens (or as many as the best)
 continued differently. The copy is likely to break there (the planner's
@@ -33,6 +41,7 @@ plain ``m2`` (``PRIORS`` below).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -44,6 +53,11 @@ if TYPE_CHECKING:
     from structspec.model.base import Model
 
 _TIERS = (32, 16, 12, 8, 6, 4, 3, 2)
+
+#: The shortest earlier match that judges a copied token's provenance, and the
+#: length from which the judgement is the stronger ("C", "X").
+PROVENANCE_MATCH = 3
+PROVENANCE_LONG = 6
 
 #: Acceptance priors of the tiers for the planner: first-token acceptance
 #: measured on HumanEval greedy outputs of the default model ("x": conflict,
@@ -86,6 +100,9 @@ class _BigramIndex:
     def __init__(self) -> None:
         self.positions: dict[tuple[int, int], list[int]] = {}
         self.indexed = 0  # tokens covered so far
+        #: ``provenance`` of each position asked so far: it depends only on
+        #: the text up to that position, which does not change.
+        self._provenance: dict[int, str] = {}
 
     def extend(self, seq: Sequence[int]) -> None:
         pos = self.positions
@@ -97,6 +114,34 @@ class _BigramIndex:
             else:
                 bucket.append(p)
         self.indexed = len(seq)
+
+    def provenance(self, seq: Sequence[int], q: int, max_candidates: int, max_match: int) -> str:
+        """The ``Draft.provenance`` letter of ``seq[q]`` (``q`` indexed already)."""
+        letter = self._provenance.get(q)
+        if letter is not None:
+            return letter
+        best_len, best_next = 0, -1
+        if q >= 2:
+            cands = self.positions.get((seq[q - 2], seq[q - 1]), [])
+            end = bisect_left(cands, q - 1)  # occurrences that end before q - 1
+            for p in reversed(cands[max(0, end - max_candidates) : end]):
+                length = 2
+                while (
+                    length < max_match
+                    and p - length >= 0
+                    and seq[p - length] == seq[q - 1 - length]
+                ):
+                    length += 1
+                if length > best_len:
+                    best_len, best_next = length, seq[p + 1]
+        if best_len < PROVENANCE_MATCH:
+            letter = "-"
+        else:
+            letter = "c" if best_next == seq[q] else "x"
+            if best_len >= PROVENANCE_LONG:
+                letter = letter.upper()
+        self._provenance[q] = letter
+        return letter
 
 
 class LookupSource:
@@ -139,6 +184,7 @@ class LookupSource:
         self._own.extend(toks)
         best_len, best_pos = 0, -1
         best_seq: Sequence[int] = toks
+        best_index = self._own
         # (match length, sequence, position) of every occurrence looked at
         occurrences: list[tuple[int, Sequence[int], int]] = []
         key = (toks[-2], toks[-1])
@@ -162,7 +208,7 @@ class LookupSource:
                     length += 1
                 occurrences.append((length, seq, p))
                 if length > best_len:
-                    best_len, best_seq, best_pos = length, seq, p
+                    best_len, best_seq, best_pos, best_index = length, seq, p, index
         if best_len < self.min_match or best_pos < 0:
             return None
         start = best_pos + 1
@@ -200,7 +246,14 @@ class LookupSource:
             length_tier(best_len, _TIERS) + ("x" if conflict else "") + ("o" if in_output else "")
         )
         forked = not conflict and fork < len(draft)
-        return Draft(tuple(draft), self.name, tier, fork if forked else None)
+        end = len(best_seq)
+        provenance = "".join(
+            "o"
+            if q >= end
+            else best_index.provenance(best_seq, q, self.max_candidates, self.max_match)
+            for q in range(start, start + len(draft))
+        )
+        return Draft(tuple(draft), self.name, tier, fork if forked else None, provenance)
 
     def observe(self, draft: Draft, accepted: int) -> None:
         pass

@@ -27,7 +27,9 @@ tokens: they cost nothing extra and may be accepted.
 - ``AgreementGate`` scales the first token's acceptance by whether another
   source drafts the same token; ``TokenClassGate`` scales each token's by
   its kind, the kind before it and whether the source doubts it (copies
-  break at numbers, and where another occurrence of the copy went elsewhere).
+  break at numbers, and where another occurrence of the copy went elsewhere);
+  ``ProvenanceGate`` by how the text a copy is taken from came about (a
+  token that broke an earlier copy tends to break this one).
 - ``DraftPlanner`` scores every proposal, sent or not, by the text that
   followed it, so all of these learn from every pass.
 """
@@ -348,8 +350,8 @@ class TokenClassGate:
             self._kind[token] = kind
         return kind
 
-    def classes(self, model: Model, draft: Draft) -> list[str]:
-        """The class of each token of ``draft``."""
+    def classes(self, model: Model, draft: Draft) -> list[str] | None:
+        """The class of each token of ``draft`` (``None``: the gate does not judge it)."""
         kinds = [self.token_kind(model, tok) for tok in draft.tokens]
         out = [f"first:{kinds[0]}"] + [f"{a}>{b}" for a, b in zip(kinds, kinds[1:], strict=False)]
         fork = draft.fork
@@ -365,11 +367,12 @@ class TokenClassGate:
     def scales(self, model: Model, draft: Draft) -> list[float]:
         """A factor per drafted token, 1 until later tokens have been observed."""
         later_trials, later = self._overall(False)
-        if later_trials < 1.0:
+        classes = self.classes(model, draft) if later_trials >= 1.0 else None
+        if classes is None:
             return [1.0] * len(draft.tokens)
         _, first = self._overall(True)
         out = []
-        for i, cls in enumerate(self.classes(model, draft)):
+        for i, cls in enumerate(classes):
             overall = first if i == 0 else later
             trials, hits = self._counts.get(cls, (0.0, 0.0))
             trials, hits = trials * self._unit, hits * self._unit
@@ -380,6 +383,8 @@ class TokenClassGate:
     def observe(self, model: Model, draft: Draft, accepted: int) -> None:
         """Tokens before ``accepted`` held, the one at ``accepted`` did not."""
         classes = self.classes(model, draft)
+        if classes is None:
+            return
         for j in range(min(accepted + 1, len(classes))):
             self._unit *= self.decay
             if self._unit < 1e-100:  # rescale before the counts overflow
@@ -391,6 +396,37 @@ class TokenClassGate:
             for counts in (self._counts.setdefault(classes[j], [0.0, 0.0]), self._totals[j == 0]):
                 counts[0] += 1.0 / self._unit
                 counts[1] += hit
+
+
+class ProvenanceGate(TokenClassGate):
+    """Scales the acceptance of each copied token by how the text it copies came about.
+
+    A lookup draft's ``Draft.provenance`` says, per token, whether the copied
+    token was itself predictable by a copy when it was written (``c``/``C``),
+    broke one (``x``/``X``), had no earlier match (``-``), or lies past the
+    text (``o``). The classes are those letters, the first token's apart
+    (``first:`` them); rates are relative to all first or all later tokens,
+    as in ``TokenClassGate``, whose factors this one multiplies. Drafts
+    without a provenance (other sources) are not judged.
+
+    Replaying both recordings in four prompt orders under both committed cost
+    tables, it lifted the mean slowest prompt in all four (recording, table)
+    pairs and the mean predicted speed-up in three (HumanEval 1.274x to 1.287x,
+    and with the 2-thread table 1.417x to 1.424x and the mixed suite 1.402x
+    to 1.420x); the mixed suite with the recordings' table stayed level
+    (1.250x to 1.248x). See ``docs/BENCHMARKS-replay.md``.
+    """
+
+    def __init__(self, *, weight: float = 20.0, decay: float = 0.9999) -> None:
+        # A slow decay: how a copied token came about predicts alike across
+        # prompts (decay 0.9995 and 0.999 were each a little worse on the replay).
+        super().__init__(weight=weight, decay=decay)
+
+    def classes(self, model: Model, draft: Draft) -> list[str] | None:
+        letters = draft.provenance
+        if len(letters) != len(draft.tokens) or not letters:
+            return None
+        return [f"first:{letters[0]}", *letters[1:]]
 
 
 def _situation(draft: Draft, drafts: Sequence[Draft]) -> str:
@@ -471,6 +507,7 @@ class DraftPlanner:
         *,
         classes: TokenClassGate | None = None,
         agreement: AgreementGate | None = None,
+        provenance: ProvenanceGate | None = None,
         min_gain: float = 1.0,
         min_gain_behind: float = 1.1,
     ) -> None:
@@ -479,6 +516,7 @@ class DraftPlanner:
         self.gate = gate
         self.classes = classes
         self.agreement = agreement
+        self.provenance = provenance
         self.min_gain = min_gain
         self.min_gain_behind = min_gain_behind
         #: Milliseconds this generation's drafts saved (negative: lost) against
@@ -521,6 +559,9 @@ class DraftPlanner:
                 probs[0] = min(1.0, probs[0] * self.agreement.scale(draft.source, situation))
             if self.classes is not None:
                 factors = self.classes.scales(ctx.model, draft)
+                probs = [min(1.0, p * f) for p, f in zip(probs, factors, strict=True)]
+            if self.provenance is not None:
+                factors = self.provenance.scales(ctx.model, draft)
                 probs = [min(1.0, p * f) for p, f in zip(probs, factors, strict=True)]
             k, gain = self.cost.best_k(probs, scale)
             if k == 0 or gain <= floor:
@@ -572,6 +613,8 @@ class DraftPlanner:
                 self.acceptance.observe(key, len(tokens), accepted)
                 if self.classes is not None:
                     self.classes.observe(self._ctx.model, draft, accepted)
+                if self.provenance is not None:
+                    self.provenance.observe(self._ctx.model, draft, accepted)
             elif final:
                 self.acceptance.observe(key, accepted, accepted)  # later positions unseen
             else:
