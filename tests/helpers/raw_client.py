@@ -229,6 +229,17 @@ class RawClient:
         )
         return answer["result"]
 
+    def wait_loaded(self, timeout: float = TIMEOUT) -> dict[str, Any]:
+        """Poll the status until the model is loaded and the worker idle; that status."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.status()
+            if status["state"] == "idle" and status["model"] != "not loaded":
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the model did not load: {status}")
+            time.sleep(0.05)
+
     def shutdown_and_exit(self, timeout: float = TIMEOUT) -> int:
         answer = self.call("shutdown", None, timeout)
         assert answer.get("result", "missing") is None, answer
