@@ -20,7 +20,13 @@ from structspec.drafts.lookup import LookupSource
 from structspec.drafts.nearby import NearbySource
 from structspec.drafts.recycle import RecycleSource
 from structspec.drafts.suffix import SuffixSource
-from structspec.engine import CostModel, DraftPlanner, Engine, GenerationOptions
+from structspec.engine import (
+    AcceptanceEstimator,
+    CostModel,
+    DraftPlanner,
+    Engine,
+    GenerationOptions,
+)
 from structspec.engine.control import ThreadCosts
 from structspec.model.standin import EOS, StandInModel
 
@@ -135,6 +141,35 @@ def test_no_draft_token_past_a_stop_is_verified(seed, prompt, length):
     assert (spec.tokens, spec.text, spec.stop_reason) == (ref.tokens, ref.text, ref.stop_reason)
     newline = model.tokenize("\n", add_bos=False)[0]
     assert all(newline not in draft for draft in sent)  # the model's own bonus ends the line
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 50), prompt=prompts)
+def test_a_draft_cut_by_a_stop_is_priced_as_cut(seed, prompt):
+    """A proposal the line's end cuts to one token is priced as one token, and not sent.
+
+    On a CPU-like cost table (a second row costs as much as the first) one
+    drafted token never pays. The planner is told the proposals are always
+    right, so it sends every long one: only the cut decides.
+    """
+    model = model_for(seed)
+    tokens = model.tokenize(prompt)
+    opts = GenerationOptions(max_tokens=40, stop=("\n",))
+    ref = greedy(model, tokens, opts)
+    oracle = OracleSource(ref.tokens, len(tokens), 8, 8, 0)
+    cost = CostModel((1.0, 2.0, 2.2, 2.4, 2.6, 2.8, 3.0, 3.2, 3.4))
+    planner = DraftPlanner(cost, AcceptanceEstimator({"oracle": 1.0}, prior_weight=1e9))
+    sent: list[int] = []
+    verify = model.verify
+
+    def logged(rows):
+        sent.append(len(rows) - 1)
+        return verify(rows)
+
+    model.verify = logged  # type: ignore[method-assign]
+    spec = Engine(model, [oracle], planner).generate(tokens, opts)
+    assert (spec.tokens, spec.text, spec.stop_reason) == (ref.tokens, ref.text, ref.stop_reason)
+    assert 1 not in sent  # a one-token draft: two rows for at most two tokens
 
 
 @settings(max_examples=300, deadline=None)

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from structspec.drafts.base import Draft, DraftContext, DraftSource
-from structspec.engine.control import CostModel, DraftPlanner, Plan
+from structspec.engine.control import Clip, CostModel, DraftPlanner, Plan
 from structspec.engine.decode import Engine, GenerationOptions
 from structspec.engine.healing import Healing, vocab_index
 from structspec.engine.stats import PassTrace
@@ -509,7 +509,13 @@ class OraclePlanner(DraftPlanner):
         self.truth = truth
 
     def plan(
-        self, ctx: DraftContext, sources: Sequence[DraftSource], limit: int, margin: float
+        self,
+        ctx: DraftContext,
+        sources: Sequence[DraftSource],
+        limit: int,
+        margin: float,
+        *,
+        clip: Clip | None = None,
     ) -> Plan | None:
         limit = min(limit, self.cost.max_rows - 1)
         if limit <= 0:
@@ -517,7 +523,7 @@ class OraclePlanner(DraftPlanner):
         future = self.truth(len(ctx.tokens))
         best: Plan | None = None
         best_rate = 1.0 / self.cost.t(1)
-        for draft in self.proposals(ctx, sources, limit):
+        for draft in self.proposals(ctx, sources, limit, clip):
             rows, rate = best_cut(self.cost, draft.tokens, future)
             if rows and rate > best_rate:
                 best_rate = rate

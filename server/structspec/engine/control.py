@@ -46,6 +46,9 @@ from structspec.model.base import Model
 
 MAX_ROWS = 16
 
+#: Cuts a proposal to what a pass can verify (``None``: nothing); see ``DraftPlanner.plan``.
+Clip = Callable[[Draft], Draft | None]
+
 
 @dataclass(frozen=True)
 class CostModel:
@@ -535,9 +538,20 @@ class DraftPlanner:
         self._settle(final=True)
 
     def plan(
-        self, ctx: DraftContext, sources: Sequence[DraftSource], limit: int, margin: float
+        self,
+        ctx: DraftContext,
+        sources: Sequence[DraftSource],
+        limit: int,
+        margin: float,
+        *,
+        clip: Clip | None = None,
     ) -> Plan | None:
-        """The draft worth verifying next (at most ``limit`` tokens), or ``None``: a plain step."""
+        """The draft worth verifying next (at most ``limit`` tokens), or ``None``: a plain step.
+
+        ``clip`` cuts each proposal to what the pass can use (the engine's stop
+        strings and token healing) before it is priced, so a proposal is judged,
+        and learnt from, by the tokens that would be verified.
+        """
         if ctx is not self._ctx or ctx.generation != self._generation:
             self._settle(final=True)
             self._ctx, self._generation = ctx, ctx.generation
@@ -549,7 +563,7 @@ class DraftPlanner:
         floor = self.min_gain if self.balance_ms >= 0.0 else self.min_gain_behind
         best: Plan | None = None
         start = len(ctx.tokens)
-        drafts = list(self.proposals(ctx, sources, limit))
+        drafts = list(self.proposals(ctx, sources, limit, clip))
         for draft in drafts:
             tokens = draft.tokens
             situation = _situation(draft, drafts) if self.agreement is not None else ""
@@ -574,15 +588,21 @@ class DraftPlanner:
         return best
 
     @staticmethod
-    def proposals(ctx: DraftContext, sources: Sequence[DraftSource], limit: int) -> Iterator[Draft]:
-        """Each source's draft, cut to what the buffer's policy lets it draft now."""
+    def proposals(
+        ctx: DraftContext, sources: Sequence[DraftSource], limit: int, clip: Clip | None = None
+    ) -> Iterator[Draft]:
+        """Each source's draft, cut to what the buffer's policy lets it draft now (and ``clip``)."""
         for source in sources:
             ctx.max_tokens = ctx.policy.cap(source.name, limit)
             if ctx.max_tokens <= 0:
                 continue
             draft = source.propose(ctx)
-            if draft is not None and draft.tokens:
-                yield draft.head(ctx.max_tokens)
+            if draft is None or not draft.tokens:
+                continue
+            usable = draft.head(ctx.max_tokens)
+            clipped = clip(usable) if clip is not None else usable
+            if clipped is not None and clipped.tokens:
+                yield clipped
 
     def _settle(self, *, final: bool = False) -> None:
         """Score every proposal whose fate the text now tells, sent or not.

@@ -4,10 +4,14 @@ State between passes: the model's KV cache holds the context except its last
 token, the *pending* token (the model's own choice from the previous pass, not
 yet evaluated). One pass:
 
-1. a planner picks a draft ``d_1..d_k`` (``k = 0`` is a plain greedy step),
-   cut before a token that would end the text at a stop string (the row after
-   it would choose a token never emitted, and the model's own bonus token
-   gives that token when the draft before it is accepted);
+1. a planner picks a draft ``d_1..d_k`` (``k = 0`` is a plain greedy step)
+   among the sources' proposals, each cut first to what the pass can use
+   (``Generation._usable``): before a token that would end the text at a stop
+   string (the row after it would choose a token never emitted, and the
+   model's own bonus token gives that token when the draft before it is
+   accepted) and before one token healing rules out. The planner prices the
+   cut draft: a long proposal that a line's end cuts to one token is not
+   worth its pass, and is not sent;
 2. the model verifies ``[pending, d_1, ..., d_k]`` in one batch; row ``i``
    gives ``a_i = argmax(logits_i)``, the greedy choice after ``pending, d_1..d_i``;
 3. the accepted length is the longest ``m`` with ``d_i == a_{i-1}`` for all
@@ -357,11 +361,9 @@ class Generation:
                 if self.engine.costs is not None:
                     planner.cost = self.engine.costs.current()
                 # The bonus token always comes: a draft longer than remaining - 1 is waste.
-                plan = planner.plan(self.ctx, self.sources, min(remaining - 1, room - 1), margin)
-            if plan is not None:
-                plan = self._before_stop(plan)
-            draft = valid_prefix(plan.draft.tokens, model.n_vocab) if plan else ()
-            draft = self._healing_prefix(draft)
+                limit = min(remaining - 1, room - 1)
+                plan = planner.plan(self.ctx, self.sources, limit, margin, clip=self._usable)
+            draft = plan.draft.tokens if plan else ()
             t_verify = time.perf_counter()
             base = len(model.cached_tokens)
             rows = model.verify([pending, *draft])
@@ -385,24 +387,28 @@ class Generation:
             pending = chosen[m]
             yield step
 
-    def _before_stop(self, plan: Plan) -> Plan | None:
-        """``plan`` without its draft's tokens from the first that would end the text at a stop.
+    def _usable(self, draft: Draft) -> Draft | None:
+        """What of ``draft`` this pass can verify; ``None`` when nothing is left.
 
-        Such a token is never worth a row: the row after it chooses a token
-        that is never emitted, and when the draft before it is accepted the
-        pass's bonus token is that token anyway (the model's own choice). The
-        planner then learns from the draft it sent. ``None`` when no token is
-        left. While token healing reproduces the prompt's end the draft's text
-        is not yet output, so it is left alone.
+        It ends before the first token outside the vocabulary (a source's bug
+        must not reach the model), the first that token healing does not allow,
+        and the first that would end the text at a stop string: such a token is
+        never worth a row, since the row after it chooses a token that is never
+        emitted, and when the draft before it is accepted the pass's bonus
+        token is that token anyway (the model's own choice). While token
+        healing reproduces the prompt's end the draft's text is not yet output,
+        so the stop strings do not cut it.
         """
-        if not self.options.stop or (self.healing is not None and self.healing.active(self.healed)):
-            return plan
         model = self.engine.model
-        tokens = valid_prefix(plan.draft.tokens, model.n_vocab)
-        cut = self.text.stop_at([model.token_bytes(t) for t in tokens])
-        if cut is None:
-            return plan
-        return Plan(plan.draft.head(cut), plan.gain) if cut else None
+        tokens = self._healing_prefix(valid_prefix(draft.tokens, model.n_vocab))
+        healing = self.healing is not None and self.healing.active(self.healed)
+        if tokens and self.options.stop and not healing:
+            cut = self.text.stop_at([model.token_bytes(t) for t in tokens])
+            if cut is not None:
+                tokens = tokens[:cut]
+        if not tokens:
+            return None
+        return draft if len(tokens) == len(draft.tokens) else draft.head(len(tokens))
 
     def _healing_prefix(self, draft: tuple[int, ...]) -> tuple[int, ...]:
         """``draft`` up to its first token that the healing constraint does not allow."""
