@@ -15,6 +15,7 @@ from structspec.bench.replay import (
     record,
     recording_from_trace,
     replay,
+    replay_markdown,
 )
 from structspec.completion import trace
 from structspec.config import Settings
@@ -300,3 +301,9 @@ def test_the_committed_editor_recording_replays_exactly() -> None:
     assert set(first.by_kind) == {"completion", "pregeneration"}
     oracle = replay(rec, vocab, factory, oracle=True)
     assert oracle.mismatches == [] and oracle.speedup >= first.speedup
+    # The Markdown report has a row per kind of generation with each control's speed-up.
+    text = replay_markdown("cmd", [(EDITOR_RECORDING, rec, {"planner": first, "oracle": oracle})])
+    for kind in ("completion", "pregeneration"):
+        k, o = first.by_kind[kind], oracle.by_kind[kind]
+        row = f"| {kind} | {k.prompts} | {k.tokens} | {k.speedup:.3f}x | {o.speedup:.3f}x |"
+        assert row in text

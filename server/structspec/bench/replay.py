@@ -848,6 +848,33 @@ def replay_markdown(
                 for k in PASS_KINDS
             ]
             losses.append(f"| `{path}` | " + " | ".join(cells) + " |")
+    kinds: list[str] = []
+    editor = [
+        (path, results) for path, _, results in rows if any(r.by_kind for r in results.values())
+    ]
+    if editor:
+        kinds = [
+            "",
+            "An editor recording by kind of generation (generations, tokens; each control's "
+            "speed-up):",
+            "",
+            "| recording | kind | generations | tokens | "
+            + " | ".join(f"{c} speed-up" for c in controls)
+            + " |",
+            "| " + " | ".join("---" for _ in range(len(controls) + 4)) + " |",
+        ]
+        for path, results in editor:
+            first = next(iter(results.values()))
+            for kind, k in sorted(first.by_kind.items()):
+                cells = [
+                    f"{results[c].by_kind[kind].speedup:.3f}x"
+                    if c in results and kind in results[c].by_kind
+                    else ""
+                    for c in controls
+                ]
+                kinds.append(
+                    f"| `{path}` | {kind} | {k.prompts} | {k.tokens} | " + " | ".join(cells) + " |"
+                )
     by_order: list[str] = []
     if orders:
         names = list(dict.fromkeys(n for results in orders.values() for n in results))
@@ -867,4 +894,4 @@ def replay_markdown(
             slow = sum(r.slowest[1] for r in results.values()) / max(len(results), 1)
             cells.append(f"{mean:.3f}x ({slow:.3f}x)")
             by_order.append(f"| `{path}` | " + " | ".join(cells) + " |")
-    return "\n".join([*lines, "", *digests, "", *losses, *by_order]) + "\n"
+    return "\n".join([*lines, *kinds, "", *digests, "", *losses, *by_order]) + "\n"
