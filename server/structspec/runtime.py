@@ -14,6 +14,7 @@ the deterministic numpy toy model used by the tests (not a language model).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -48,7 +49,7 @@ Announce = Callable[[str], None]
 
 #: Cores that other processes may keep busy while a cost table is measured for
 #: it to be cached: a table measured beside a build prices every extra row of a
-#: pass too high (4 rows at 3.6x one row instead of 3.1x, measured while the
+#: pass too high (4 rows at 3.6x one row instead of 3.2x, measured while the
 #: test suite ran) and would steer every later session.
 QUIET_OTHER_CORES = 0.25
 
@@ -126,10 +127,7 @@ def cost_model_for(
         on = "" if threads == extras.threads else f" on {threads} thread(s)"
         announce(f"structspec: measuring verification cost on this machine{on} (once per model)")
     pinning = threaded(model)
-    if pinning is not None:
-        with pinning.threads_pinned(threads):
-            cost, others = measure_alone(lambda: measure_verify_cost(model))
-    else:
+    with pinning.threads_pinned(threads) if pinning is not None else contextlib.nullcontext():
         cost, others = measure_alone(lambda: measure_verify_cost(model))
     if others is not None and others > QUIET_OTHER_CORES:
         if announce is not None:
