@@ -24,6 +24,7 @@ from structspec.bench.editor import (
     without_model,
 )
 from structspec.completion import trace
+from structspec.model.base import TokenCheck
 from structspec.runtime import open_model
 
 SOURCE = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30))
@@ -158,6 +159,35 @@ def test_check_trace_counts_greedy_tokens_exact_and_others_off(tmp_path: Path):
     assert exact.exact + exact.near_tie + exact.off == 12
     assert exact.exact >= 6  # every greedy token is the argmax
     assert exact.off + exact.near_tie >= 1  # the wrong first token is not
+
+
+class CacheShapedChecks:
+    """A model whose check of a token moves with the cache: 1.6 logits off when the
+    check reuses it, ``true_gap`` from an empty cache (a real error is off in both)."""
+
+    def __init__(self, true_gap: float) -> None:
+        self.true_gap = true_gap
+        self.cached = True
+
+    def token_bytes(self, token: int) -> bytes:
+        return b"x"
+
+    def truncate(self, n: int) -> None:
+        self.cached = n > 0
+
+    def teacher_forced(self, prompt, output):
+        gap = max(self.true_gap, 1.6) if self.cached else self.true_gap
+        self.cached = True
+        return [TokenCheck(t, t, gap) for t in output]
+
+
+@pytest.mark.parametrize(("true_gap", "off"), [(0.0, 0), (0.5, 0), (3.0, 2)])
+def test_a_token_off_is_checked_again_from_an_empty_cache(tmp_path: Path, true_gap, off):
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps({"prompt": [1, 2], "tokens": [3, 4]}) + "\n")
+    exact, _ = check_trace(CacheShapedChecks(true_gap), path)  # type: ignore[arg-type]
+    assert exact.exact + exact.near_tie + exact.off == 2
+    assert exact.off == off and exact.worst_gap == true_gap
 
 
 def test_check_trace_skips_tokens_constrained_by_healing(tmp_path: Path):
