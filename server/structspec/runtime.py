@@ -162,19 +162,23 @@ def thread_costs_for(
 
 
 def measure_alone(
-    measure: Callable[[], CostModel], meter: IdleMeter | None = None
+    measure: Callable[[], CostModel],
+    meter: IdleMeter | None = None,
+    *,
+    wall_clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] = time.process_time,
 ) -> tuple[CostModel, float | None]:
     """``measure()``, and how many cores other processes kept busy meanwhile (``None``: unknown).
 
     The machine's busy cores (``/proc/stat``, through ``meter``) less this
-    process' own CPU time over the wall time.
+    process' own CPU time (``cpu_clock``, all its threads) over the wall time.
     """
     cores = os.cpu_count() or 1
     meter = meter or IdleMeter(cores=cores)
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = wall_clock(), cpu_clock()
     cost = measure()
     idle = meter.idle_cores()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = wall_clock() - wall, cpu_clock() - cpu
     if idle is None or wall <= 0:
         return cost, None
     return cost, max(0.0, meter.cores - idle - cpu / wall)
