@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import pytest
 import pytest_lsp
@@ -88,8 +89,14 @@ async def test_server_answers_while_generating(real: LanguageClient):
         types.DidChangeConfigurationParams(settings={"structspec": {"maxTokens": 400}})
     )
     pending = asyncio.ensure_future(inline(real, end_of(code), uri=uri))
+    # The status request may be handled before the completion's job has started (both
+    # arrive together): ask again until the job shows, which it must while it runs.
     st = await asyncio.wait_for(status(real), 30)
-    assert st["state"] == "busy"  # answered while the prompt is being evaluated
+    deadline = time.monotonic() + 10
+    while st["state"] != "busy" and not pending.done() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+        st = await asyncio.wait_for(status(real), 30)
+    assert st["state"] == "busy" and not pending.done()  # answered while the prompt is evaluated
     real.text_document_did_change(
         types.DidChangeTextDocumentParams(
             text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
