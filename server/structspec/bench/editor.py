@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from structspec.bench.harness import NEAR_TIE, Exactness, percentile
+from structspec.bench.harness import NEAR_TIE, Exactness, percentile, teacher_forced_gaps
 from structspec.bench.mixed import EXTENSIONS, collect
 from structspec.completion.suggest import CursorContext
 from structspec.completion.trace import TRACE_ENV
@@ -678,8 +678,7 @@ def check_trace(model: Model, trace: Path) -> tuple[Exactness, int]:
                 skip += 1
             gaps = [c.gap for c in model.teacher_forced(prompt, tokens)[skip:]]
             if any(g > NEAR_TIE for g in gaps):
-                model.truncate(0)
-                gaps = [c.gap for c in model.teacher_forced(prompt, tokens)[skip:]]
+                gaps = teacher_forced_gaps(model, prompt, tokens)[skip:]
             exact.add(gaps)
             constrained += skip
     return exact, constrained
