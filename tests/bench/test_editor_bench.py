@@ -17,6 +17,7 @@ from structspec.bench.editor import (
     default_files,
     enter_text,
     first_points,
+    line_continuation,
     offset_at,
     plan_points,
     run_editor_benchmark,
@@ -95,6 +96,21 @@ def test_enter_keeps_the_indentation_and_indents_after_an_opener():
     assert enter_text(text, len("    y = 1")) == "\n    "
     text = "\tfor (;;) {\n"
     assert enter_text(text, len("\tfor (;;) {")) == "\n\t\t"
+
+
+def test_the_user_accepts_again_while_the_suggestion_goes_on_with_the_line():
+    text = "def f(x):\n    y = x\n"
+    cursor = offset_at(text, 1, 9)
+
+    def answer(insert: str) -> dict[str, object]:
+        return {"items": [{"insertText": insert}]}
+
+    assert line_continuation(text, answer(" * 2"), cursor) == {"insertText": " * 2"}
+    assert line_continuation(text, answer(" * 2\n    return y"), cursor) is not None
+    assert line_continuation(text, answer("\n    return y"), cursor) is None  # the next line
+    assert line_continuation(text, answer("   "), cursor) is None
+    assert line_continuation(text, {"items": []}, cursor) is None
+    assert line_continuation(text, None, cursor) is None
 
 
 def test_split_of_model_and_cache_answers():

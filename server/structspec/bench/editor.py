@@ -13,9 +13,12 @@ back to its indentation, and at each point:
    pre-generation works meanwhile) it is accepted as VS Code does (a
    ``didChange`` inserting the
    item's ``insertText`` over its ``range``, then the item's command), and a
-   suggestion is asked for at once at the new cursor; then Enter is typed with
-   an editor's auto-indent (the line's indentation, one unit deeper after a
-   block opener) and one is asked for on the new line (*next line*);
+   suggestion is asked for at once at the new cursor. While that one goes on
+   with the same line (a suggestion can end mid-line: ``maxGenerationMs``),
+   the user reads and accepts it too, up to ``MAX_ACCEPTS`` in a row: the user
+   takes the whole line. Then Enter is typed with an editor's auto-indent (the
+   line's indentation, one unit deeper after a block opener) and one is asked
+   for on the new line (*next line*);
 2. the point's text is restored (a full-text ``didChange``) and the line's
    real text (not the suggestion) is typed one character at a time: every
    keystroke is a ``didChange`` followed by a ``textDocument/inlineCompletion``
@@ -77,6 +80,8 @@ Out = Callable[[str], None]
 #: Seconds between a suggestion appearing and its acceptance (reading it and
 #: pressing Tab; a quick reader).
 READ_S = 0.6
+#: Suggestions a user accepts in a row on one line before pressing Enter.
+MAX_ACCEPTS = 4
 #: Seconds a server is left alone after its turn at a point (longer than its
 #: pre-generation of at most ``maxTokens`` tokens on this class of machine).
 SETTLE_S = 3.0
@@ -174,6 +179,22 @@ def accept_edit(text: str, item: dict[str, Any], cursor: int) -> tuple[str, dict
         rng = {"start": position_at(text, cursor), "end": position_at(text, cursor)}
     new_text = text[:start] + insert + text[end:]
     return new_text, {"range": rng, "text": insert}, start + len(insert)
+
+
+def line_continuation(text: str, answer: Any, cursor: int) -> dict[str, Any] | None:
+    """The answer's first item when it goes on with the cursor's line, else ``None``.
+
+    An item goes on with the line when what it inserts after ``cursor`` has
+    more than blanks before its first newline (one that starts with a newline
+    is the next line's: the user presses Enter instead).
+    """
+    items = answer.get("items") if isinstance(answer, dict) else None
+    item = items[0] if items and isinstance(items[0], dict) else None
+    if item is None:
+        return None
+    new_text, _, end = accept_edit(text, item, cursor)
+    inserted = new_text[cursor:end] if end >= cursor else ""
+    return item if inserted.split("\n", 1)[0].strip() else None
 
 
 def enter_text(text: str, offset: int) -> str:
@@ -581,11 +602,23 @@ class _Replay:
         if not items:
             result.no_suggestion_points += 1
             return
-        item = items[0]
-        await asyncio.sleep(READ_S)
+        item: dict[str, Any] | None = items[0]
+        for _ in range(MAX_ACCEPTS):
+            if item is None:
+                break
+            await asyncio.sleep(READ_S)
+            after, answer, cursor = await self._accept(point.uri, item, cursor)
+            result.after_accept.append(after)
+            item = line_continuation(self.text, answer, cursor)
+        newline = enter_text(self.text, cursor)
+        nxt, _ = await self._edit(point.uri, cursor, newline)
+        result.next_line.append(nxt)
+
+    async def _accept(self, uri: str, item: dict[str, Any], cursor: int) -> tuple[Answer, Any, int]:
+        """Accept ``item`` at ``cursor``, then ask at the new cursor (timed from the accept)."""
         t0 = time.perf_counter()
         self.text, change, cursor = accept_edit(self.text, item, cursor)
-        self._change(point.uri, change)
+        self._change(uri, change)
         command = item.get("command")
         accepted = None
         if isinstance(command, dict) and command.get("command"):
@@ -595,13 +628,10 @@ class _Replay:
                     {"command": command["command"], "arguments": command.get("arguments", [])},
                 )
             )
-        after, _ = await self._ask(point.uri, cursor, t0)
+        after, answer = await self._ask(uri, cursor, t0)
         if accepted is not None:
             await accepted
-        result.after_accept.append(after)
-        newline = enter_text(self.text, cursor)
-        nxt, _ = await self._edit(point.uri, cursor, newline)
-        result.next_line.append(nxt)
+        return after, answer, cursor
 
     async def type_point(self, point: Point) -> None:
         """Restore the point's text and type its line one character at a time."""
