@@ -8,6 +8,8 @@ fresh server computes at the same cursor, character for character.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Sequence
 
 import pytest
 from tests.completion.test_prewarm import wait_for
@@ -17,6 +19,7 @@ from structspec.completion.cache import Continuation, Extension, PendingSuggesti
 from structspec.completion.documents import Range, TextChange
 from structspec.completion.service import CompletionRequest, CompletionService
 from structspec.config import Settings
+from structspec.model.base import Interrupted, Rows
 from structspec.model.standin import StandInModel
 
 URI = "file:///a.py"
@@ -102,7 +105,8 @@ def test_a_keystroke_stops_pre_generation_between_passes() -> None:
         svc.open_document(URI, "python", 1, TEXT)
         first = await svc.complete(CompletionRequest(URI, *end_of(TEXT)))
         assert first is not None
-        await wait_for(lambda: svc._background_job is not None and model.verify_calls > 2)
+        answered = model.verify_calls  # the suggestion's own passes
+        await wait_for(lambda: model.verify_calls > answered + 2)  # pre-generation has written
         line, col = end_of(TEXT)
         svc.change_document(URI, 2, [TextChange("#", Range(line, col, line, col))])
         stopped_at = model.verify_calls
@@ -113,6 +117,48 @@ def test_a_keystroke_stops_pre_generation_between_passes() -> None:
     stopped_at, after, written = asyncio.run(scenario())
     assert after - stopped_at <= 1  # at most the pass in progress
     assert written > 0  # what was written before the keystroke was kept
+
+
+class StuckPass(StandInModel):
+    """A stand-in whose pass number ``stuck_at`` runs until its decode is interrupted."""
+
+    def __init__(self, stuck_at: int, **kw):
+        super().__init__(**kw)
+        self.stuck_at = stuck_at
+        self.interrupted = 0
+
+    def verify(self, tokens: Sequence[int]) -> Rows:
+        if self.verify_calls + 1 == self.stuck_at:
+            self.verify_calls += 1
+            stop = self._interrupt
+            deadline = time.monotonic() + 10
+            while stop is None or not stop.is_set():
+                assert time.monotonic() < deadline, "the pass was never interrupted"
+                time.sleep(0.001)
+            self.interrupted += 1
+            raise Interrupted("the decode was interrupted")
+        return super().verify(tokens)
+
+
+def test_a_keystroke_interrupts_the_pre_generation_pass_in_progress() -> None:
+    """The worker is free at once, and what pre-generation wrote before that pass is kept."""
+
+    async def scenario() -> tuple[StuckPass, int, str | None]:
+        model = StuckPass(stuck_at=6, seed=8, eos_bias=-30.0)
+        svc = make_service(model)
+        svc.open_document(URI, "python", 1, TEXT)
+        first = await svc.complete(CompletionRequest(URI, *end_of(TEXT)))
+        assert first is not None and model.verify_calls < model.stuck_at
+        await wait_for(lambda: model.verify_calls >= model.stuck_at)  # pre-generation is stuck
+        line, col = end_of(TEXT)
+        svc.change_document(URI, 2, [TextChange("#", Range(line, col, line, col))])
+        after = await svc.complete(CompletionRequest(URI, line, col + 1))
+        svc.close()
+        return model, svc.stats.pregenerated_tokens, None if after is None else after.text
+
+    model, written, _ = asyncio.run(scenario())
+    assert model.interrupted == 1
+    assert written > 0  # the passes before the interrupted one were kept
 
 
 def test_cursor_moved_pre_warms_the_prompt_at_the_cursor() -> None:

@@ -17,7 +17,8 @@ from structspec.completion.prewarm import (
 from structspec.completion.prompt import ANCHOR_CHARS, PromptBuilder
 from structspec.completion.service import CompletionRequest, CompletionService
 from structspec.config import Settings
-from structspec.model.base import common_prefix_len
+from structspec.model.base import Interrupt, common_prefix_len
+from structspec.model.extras import interrupted_by
 from structspec.model.standin import StandInModel
 
 PY = "".join(f"value_{i} = compute({i}, step=2)\n" for i in range(120))
@@ -77,6 +78,26 @@ def test_chunked_prefill_stops_between_chunks_and_resumes():
     n = len(model.prefills)
     assert prefill_in_chunks(model, tokens, lambda: True)  # all cached: nothing to do
     assert len(model.prefills) == n
+
+
+def test_a_chunk_interrupted_part_way_stops_the_prefill_and_keeps_the_chunks_before():
+    model = RecordingStandIn()
+    tokens = model.tokenize(PY)[:1000]
+    stop = Interrupt()
+    calls = 0
+
+    def between_chunks() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls > 2:
+            stop.set()  # the third chunk is interrupted while it is evaluated
+        return False
+
+    with interrupted_by(model, stop):
+        assert not prefill_in_chunks(model, tokens, between_chunks, chunk=100)
+    assert list(model.cached_tokens) == tokens[:200]
+    assert prefill_in_chunks(model, tokens, lambda: False, chunk=100)  # resumes from there
+    assert list(model.cached_tokens) == tokens
 
 
 def test_chunked_prefill_stops_before_a_chunk_that_would_end_past_the_deadline():

@@ -28,6 +28,8 @@ from structspec.engine import (
     GenerationOptions,
 )
 from structspec.engine.control import ThreadCosts
+from structspec.model.base import Interrupt
+from structspec.model.extras import interrupted_by
 from structspec.model.standin import EOS, StandInModel
 
 ALPHABET = "ab(): \n=x"
@@ -330,3 +332,31 @@ def test_abandoned_stream_ends_cancelled():
     next(it)
     it.close()
     assert gen.result is not None and gen.result.stop_reason == "cancelled"
+
+
+@pytest.mark.parametrize("at_pass", [0, 1, 4])
+def test_an_interrupted_pass_ends_the_generation_with_what_was_written(at_pass):
+    """A decode interrupted part-way ends the generation there, as cancelled; nothing is lost."""
+    model = model_for(5, eos_bias=-5.0)
+    prompt = model.tokenize("ab(x")
+    opts = GenerationOptions(max_tokens=30)
+    ref = greedy(model, prompt, opts)
+    oracle = OracleSource(ref.tokens, len(prompt), 3, wrong_at=2, noise=0)
+    engine = Engine(model, [oracle], always_draft())
+    stop = Interrupt()
+    checks = {"n": 0}
+
+    def cancelled() -> bool:  # asked once before each pass: the interrupt comes during pass at_pass
+        checks["n"] += 1
+        if checks["n"] > at_pass:
+            stop.set()
+        return False
+
+    with interrupted_by(model, stop):
+        res = engine.stream(prompt, opts, cancelled=cancelled).run()
+    assert res.stop_reason == "cancelled"
+    assert len(res.tokens) == res.stats.tokens and ref.tokens[: len(res.tokens)] == res.tokens
+    assert bool(res.tokens) == (at_pass > 0)
+    assert list(model.cached_tokens) == [*prompt, *res.tokens][:-1] or not res.tokens
+    # The cache is consistent: the next generation is the greedy one again, whole.
+    assert engine.generate(prompt, opts).tokens == ref.tokens

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import numpy as np
 import pytest
 
 from structspec.drafts.lookup import LookupSource
 from structspec.engine import CostModel, DraftPlanner, Engine, GenerationOptions
-from structspec.model.base import ModelError
-from structspec.model.extras import kv_slots
+from structspec.model.base import Interrupt, Interrupted, ModelError
+from structspec.model.extras import interrupted_by, kv_slots
 from structspec.model.llama import LlamaModel, check_gguf_file, default_model_path
 from structspec.model.standin import StandInModel
 
@@ -195,3 +196,44 @@ def test_partial_word_at_the_cursor_is_finished(model, typed):
         assert model.detokenize(result.tokens).startswith(typed)
         if len(typed) >= 3:
             assert word == "return", result.text
+
+
+@pytest.mark.model
+def test_an_interrupted_decode_leaves_the_cache_as_before(model):
+    tokens = model.tokenize("def add(a, b):\n    return a + b\n" * 8)
+    model.truncate(0)
+    model.prefill(tokens[:20])
+    stop = Interrupt()
+    stop.set()  # set before the decode: llama.cpp stops it after its first node
+    with interrupted_by(model, stop):
+        with pytest.raises(Interrupted):
+            model.prefill(tokens[:100])
+        assert list(model.cached_tokens) == tokens[:20]
+        with pytest.raises(Interrupted):
+            model.verify(tokens[20:24])
+        assert list(model.cached_tokens) == tokens[:20]
+    # Outside, the flag no longer stops anything, and the cache goes on from there.
+    assert model.prefill(tokens[:100]) == 20
+    assert list(model.cached_tokens) == tokens[:100]
+    assert model.verify([tokens[100]]).argmax
+
+
+@pytest.mark.model
+def test_a_decode_is_interrupted_from_another_thread_part_way(model):
+    tokens = model.tokenize("x = [i * i for i in range(10)]\n" * 40)[:128]
+    model.truncate(0)
+    stop = Interrupt()
+    timer = threading.Timer(0.02, stop.set)
+    interrupted = False
+    with interrupted_by(model, stop):
+        timer.start()
+        try:
+            for _ in range(200):  # seconds of decoding: the timer fires during one
+                model.truncate(0)
+                model.prefill(tokens)
+        except Interrupted:
+            interrupted = True
+        finally:
+            timer.cancel()
+    assert interrupted
+    assert len(model.cached_tokens) == 0  # the interrupted chunk left nothing behind

@@ -9,17 +9,25 @@ while the user reads (``PREWARM_IDLE_S`` after the cursor comes to rest, then
 the evaluation) costs the first keystroke only its last tokens; a longer one
 costs the rest of its evaluation. The output is the "Prefill cost and the
 window cap" table of ``docs/MEASUREMENTS.md``.
+
+Then how long a keystroke that comes ``KEYSTROKE_AFTER_S`` into a pre-warm
+chunk waits for the worker: until the chunk ends, or, with the background
+job's ``Interrupt`` set at the keystroke, until llama.cpp stops the decode
+(``docs/MEASUREMENTS.md``, "Interrupting background work").
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
+import threading
 import time
 from pathlib import Path
 
 from structspec.completion.prewarm import PREFILL_CHUNK, PREWARM_IDLE_S, prefill_in_chunks
-from structspec.model.base import Model
+from structspec.model.base import Interrupt, Interrupted, Model
+from structspec.model.extras import interrupted_by
 from structspec.runtime import open_model
 
 #: Window lengths measured (tokens).
@@ -27,6 +35,8 @@ LENGTHS = (512, 1024, 1536, 2048, 3072, 3968)
 #: Seconds of rest at a new place after which the first keystroke is measured
 #: (the editor and infill benchmarks' pause).
 IDLE_S = 3.0
+#: Seconds into a pre-warm chunk at which the measured keystroke comes.
+KEYSTROKE_AFTER_S = 0.05
 
 
 def code_tokens(model: Model, n: int) -> list[int]:
@@ -41,6 +51,28 @@ def time_prefill(model: Model, tokens: list[int]) -> float:
     t0 = time.perf_counter()
     prefill_in_chunks(model, tokens, lambda: False)
     return (time.perf_counter() - t0) * 1000.0
+
+
+def keystroke_wait(model: Model, chunk: list[int], interrupt: bool) -> float:
+    """Milliseconds a keystroke ``KEYSTROKE_AFTER_S`` into a prefill of ``chunk`` waits for it."""
+    model.prefill(chunk[-1:])
+    stop, done = Interrupt(), threading.Event()
+
+    def work() -> None:
+        with interrupted_by(model, stop), contextlib.suppress(Interrupted):
+            model.prefill(chunk)
+        done.set()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    time.sleep(KEYSTROKE_AFTER_S)
+    t0 = time.perf_counter()
+    if interrupt:
+        stop.set()
+    done.wait()
+    waited = (time.perf_counter() - t0) * 1000.0
+    worker.join()
+    return waited
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +100,17 @@ def main(argv: list[str] | None = None) -> int:
         ms = statistics.median(times[n])
         left = max(0.0, ms - budget_ms)
         print(f"| {n} | {ms:.1f} | {n / max(ms, 1e-3) * 1000.0:.0f} | {left:.0f} |")
+    chunk = tokens[:PREFILL_CHUNK]  # one chunk of code, as pre-warm evaluates it
+    waits: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(max(3, args.repeat)):
+        for interrupt in (False, True):
+            waits[interrupt].append(keystroke_wait(model, chunk, interrupt))
+    print(
+        f"a keystroke {KEYSTROKE_AFTER_S * 1000:.0f} ms into a pre-warm chunk of {len(chunk)} "
+        f"tokens waits for the worker (median of {len(waits[True])}): "
+        f"{statistics.median(waits[False]):.1f} ms to the chunk's end, "
+        f"{statistics.median(waits[True]):.1f} ms with the chunk interrupted"
+    )
     return 0
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from structspec.model.base import Model, common_prefix_len
+from structspec.model.base import Interrupted, Model, common_prefix_len
 from structspec.model.extras import kv_slots
 
 #: Tokens evaluated between two checks of the stop condition.
@@ -61,7 +61,8 @@ def prefill_in_chunks(
     would end past it with the ``leave`` tokens after it. A chunk takes 100 ms
     on a quiet machine but several times that while other processes hold the
     cores, so checking only the time already spent would let the budget run
-    over by a chunk and the rest.
+    over by a chunk and the rest. A chunk interrupted part-way
+    (``model.base.Interrupt``) stops it too (``False``).
     """
     done = reusable_prefix(model, tokens)
     slotted = kv_slots(model)  # chooses the KV slot for the whole prompt
@@ -75,11 +76,14 @@ def prefill_in_chunks(
             after = min(leave, len(tokens) - done - step)
             if clock() + per_token * (step + after) > deadline:
                 return False
+        try:
+            if slotted is not None:
+                slotted.prefill_part(tokens, done + step)
+            else:
+                model.prefill(tokens[: done + step])
+        except Interrupted:  # stopped part-way: the chunks before it stay cached
+            return False
         done += step
-        if slotted is not None:
-            slotted.prefill_part(tokens, done)
-        else:
-            model.prefill(tokens[:done])
         evaluated += step
     return True
 

@@ -31,8 +31,11 @@ corpus of the open buffers, chunked prefill within the latency budget (see
 budget -> clean-up (see ``suggest``).
 
 Background work, one job at a time on the worker, only when no request is
-queued or running, abandoned by any request or edit (between two prefill
-chunks or two verification passes):
+queued or running, abandoned by any request or edit: part-way through the
+decode it is in when the model can be interrupted (``model.extras``), else
+between two prefill chunks or two verification passes. A request's own job is
+only ever stopped between them, so each of its decodes adds to the cache:
+keystrokes faster than a prefill chunk still get the prompt evaluated.
 
 - *pre-warm*: an opened document, one the user stopped editing for
   ``PREWARM_IDLE_S``, or the place the editor says the cursor moved to
@@ -107,7 +110,8 @@ from structspec.config import Settings
 from structspec.engine.decode import EngineError
 from structspec.engine.healing import vocab_index
 from structspec.engine.stats import GenerationStats
-from structspec.model.base import ModelError
+from structspec.model.base import Interrupt, ModelError
+from structspec.model.extras import interrupted_by
 from structspec.syntax.domains import detect_language
 
 __all__ = ["CompletionRequest", "CompletionService", "Status", "Suggestion", "draft_language"]
@@ -133,16 +137,19 @@ def draft_language(uri: str, language_id: str, text: str) -> str:
 class _Job:
     """One request's work for the worker thread: its inputs, its session and a cancel flag."""
 
-    __slots__ = ("session", "input", "waiters", "_cancelled")
+    __slots__ = ("session", "input", "waiters", "_cancelled", "interrupt")
 
     def __init__(self, session: _Session, inputs: CompletionInput) -> None:
         self.session = session
         self.input = inputs
         self.waiters = 0  # requests awaiting this job
         self._cancelled = threading.Event()
+        #: Stops a background job's decode part-way (``interrupted_by``).
+        self.interrupt = Interrupt()
 
     def cancel(self) -> None:
         self._cancelled.set()
+        self.interrupt.set()
 
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
@@ -819,8 +826,9 @@ class CompletionService:
             assert host.prompts is not None
             prompt = build_prompt(host.prompts, host.snippets, inputs, job.session.cut)
             job.session.cut = prompt.cut
-            if prefill_in_chunks(model, prompt.tokens[:-1], job.cancelled):
-                self.stats.prewarmed += 1
+            with interrupted_by(model, job.interrupt):
+                if prefill_in_chunks(model, prompt.tokens[:-1], job.cancelled):
+                    self.stats.prewarmed += 1
         except Exception:  # a failed pre-warm costs nothing but its time
             log.debug("pre-warm of %s failed", inputs.uri, exc_info=True)
 
@@ -832,9 +840,10 @@ class CompletionService:
             return Extension((), b"")
         try:
             engine = host.engine_for(inputs.settings)
-            ext, _ = continue_generation(
-                engine, host.corpus, inputs, cont, len(pending.text), cancelled=job.cancelled
-            )
+            with interrupted_by(engine.model, job.interrupt):
+                ext, _ = continue_generation(
+                    engine, host.corpus, inputs, cont, len(pending.text), cancelled=job.cancelled
+                )
         except Exception:  # a failed pre-generation costs nothing but its time
             log.debug("pre-generation for %s failed", inputs.uri, exc_info=True)
             return Extension((), b"")

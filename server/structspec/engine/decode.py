@@ -43,7 +43,7 @@ from structspec.engine.healing import Healing, plan_healing
 from structspec.engine.sampling import Sampler, Sampling
 from structspec.engine.stats import GenerationStats
 from structspec.engine.stops import TextStream
-from structspec.model.base import Model, Rows
+from structspec.model.base import Interrupted, Model, Rows
 
 #: Rows a pass may add beyond the current context: the pending token plus the
 #: largest draft. The prompt is fitted so that generation never runs into it.
@@ -240,7 +240,9 @@ class Generation:
     """One generation in progress. Iterate it; ``result`` is set once it ends.
 
     Abandoning the iteration (or ``cancelled()`` turning true) ends it between
-    passes, with the model's cache consistent for the next request.
+    passes, with the model's cache consistent for the next request. A decode
+    interrupted part-way (``model.base.Interrupt``) ends it there, as
+    cancelled, with what the passes before it wrote.
     """
 
     def __init__(
@@ -339,7 +341,11 @@ class Generation:
         if speculative and planner is not None:
             planner.start_generation()
         t0 = time.perf_counter()
-        stats.reused_tokens = model.prefill(self.prompt[:-1])
+        try:
+            stats.reused_tokens = model.prefill(self.prompt[:-1])
+        except Interrupted:
+            stats.stop_reason = "cancelled"
+            return
         stats.prefill_ms = (time.perf_counter() - t0) * 1000.0
         pending = self.prompt[-1]
         margin = float("inf")
@@ -366,7 +372,11 @@ class Generation:
             draft = plan.draft.tokens if plan else ()
             t_verify = time.perf_counter()
             base = len(model.cached_tokens)
-            rows = model.verify([pending, *draft])
+            try:
+                rows = model.verify([pending, *draft])
+            except Interrupted:  # the cache is as before this pass
+                stats.stop_reason = "cancelled"
+                break
             chosen = self._row_tokens(rows, draft)
             m = len(chosen) - 1
             model.truncate(base + 1 + m)

@@ -11,12 +11,17 @@ A model holds a KV cache of ``cached_tokens``. The engine only ever:
   after ``cached + tokens[: i + 1]``;
 - ``truncate(n)``: roll the cache back to its first ``n`` tokens.
 
+A decode that another thread stops part-way (``Interrupt``, for models that
+offer it: ``model/extras.py``) raises ``Interrupted`` and leaves the cache as
+it was before that decode.
+
 Everything above this protocol is deterministic given what ``verify`` returns,
 which is what lets the tests prove the speculative loop exact on a stand-in.
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -26,6 +31,35 @@ import numpy as np
 
 class ModelError(Exception):
     """A model could not be loaded or used; the message is one line for the user."""
+
+
+class Interrupted(ModelError):
+    """A decode was stopped part-way by its ``Interrupt``; the cache is as before it."""
+
+
+class Interrupt:
+    """A flag any thread sets to stop decodes part-way (``InterruptibleModel.interrupted_by``).
+
+    The flag is one byte followed by a NUL in memory that native code reads
+    between the steps of a decode without taking Python's GIL: ``address``.
+    Once set it stays set; a new piece of work takes a new ``Interrupt``.
+    """
+
+    __slots__ = ("_flag",)
+
+    def __init__(self) -> None:
+        self._flag = ctypes.create_string_buffer(2)
+
+    def set(self) -> None:
+        self._flag[0] = b"\x01"
+
+    def is_set(self) -> bool:
+        return self._flag[0] != b"\x00"
+
+    @property
+    def address(self) -> int:
+        """Where the flag byte lives (valid as long as this object)."""
+        return ctypes.addressof(self._flag)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,16 +16,23 @@ A model with several KV slots (one per recent document) also says how much of
 a prompt some slot holds, and evaluates a prompt in chunks in the slot the
 whole prompt will use (``SlottedModel``, asked through ``kv_slots(model)``):
 pre-warm and the latency budget's chunked prefill need both.
+
+A model whose decodes another thread can stop part-way
+(``InterruptibleModel``, through ``interrupted_by(model, stop)``) lets a
+keystroke take the worker from background work (pre-warm's prefill chunk,
+pre-generation's pass) at once instead of after that decode: a chunk of 128
+tokens takes a quarter of a second on a quiet 2-core machine and several
+times that under load.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from structspec.model.base import Model
+from structspec.model.base import Interrupt, Model
 
 
 @runtime_checkable
@@ -73,6 +80,22 @@ class ThreadedModel(Model, Protocol):
     def threads_pinned(self, threads: int) -> AbstractContextManager[None]:
         """Every decode inside runs on ``threads`` threads."""
         ...
+
+
+@runtime_checkable
+class InterruptibleModel(Model, Protocol):
+    """A ``Model`` whose decodes can be stopped part-way from another thread."""
+
+    def interrupted_by(self, stop: Interrupt) -> AbstractContextManager[None]:
+        """Decodes inside stop part-way once ``stop`` is set (raising ``Interrupted``)."""
+        ...
+
+
+def interrupted_by(model: Model, stop: Interrupt) -> AbstractContextManager[None]:
+    """``model.interrupted_by(stop)`` where the model offers it; else decodes run to their end."""
+    if isinstance(model, InterruptibleModel):
+        return model.interrupted_by(stop)
+    return nullcontext()
 
 
 def threaded(model: Model) -> ThreadedModel | None:

@@ -15,12 +15,19 @@ Slots: the context holds ``slots`` independent KV sequences. ``prefill``
 continues in the slot whose cached tokens share the longest prefix with the new
 prompt (else the least recently used), so alternating between two documents
 re-evaluates neither.
+
+Interruption: inside ``interrupted_by(stop)`` llama.cpp's abort callback reads
+``stop``'s flag after every node of the graph, so a decode stops within a
+millisecond of ``stop.set()`` from another thread; llama.cpp then removes the
+batch's positions from the KV cache, and ``Interrupted`` is raised with the
+slot as it was before that decode.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import ctypes.util
 import os
 import stat
 import time
@@ -30,7 +37,15 @@ from typing import Any
 
 import numpy as np
 
-from structspec.model.base import FimTokens, ModelError, Rows, TokenCheck, common_prefix_len
+from structspec.model.base import (
+    FimTokens,
+    Interrupt,
+    Interrupted,
+    ModelError,
+    Rows,
+    TokenCheck,
+    common_prefix_len,
+)
 from structspec.model.threads import IdleMeter, ThreadGovernor
 
 Announce = Callable[[str], None]
@@ -38,6 +53,8 @@ Announce = Callable[[str], None]
 _GGUF_MAGIC = b"GGUF"
 _llama_backend_ready = False
 _log_callback: object = None  # keeps the ctypes callback alive
+_flag_reader_fn: object = None  # see _flag_reader
+_NEVER = Interrupt()  # the flag read outside interrupted_by: never set
 
 
 def _silence_llama_logs() -> None:
@@ -54,6 +71,29 @@ def _silence_llama_logs() -> None:
 
     _log_callback = _drop
     llama_cpp.llama_log_set(_drop, ctypes.c_void_p(0))
+
+
+def _flag_reader() -> object | None:
+    """A native ``bool f(void *flag)`` true when the byte at ``flag`` is set; ``None``: none here.
+
+    llama.cpp calls its abort callback after every node of a graph, hundreds of
+    times per decode, on the decoding thread: a Python callback would take the
+    GIL each time. libc's ``strlen`` over an ``Interrupt`` (a flag byte, then a
+    NUL) returns 1 or 0, the flag's truth value, in the register a ``bool`` is
+    returned in (its low byte, on x86-64 and AArch64), and needs no Python.
+    """
+    global _flag_reader_fn
+    if _flag_reader_fn is None:
+        import llama_cpp
+
+        name = ctypes.util.find_library("c") or ("msvcrt" if os.name == "nt" else None)
+        try:
+            libc = ctypes.CDLL(name)
+            address = ctypes.cast(libc.strlen, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            address = None
+        _flag_reader_fn = llama_cpp.ggml_abort_callback(address) if address else False
+    return _flag_reader_fn or None
 
 
 def _init_backend() -> None:
@@ -227,6 +267,7 @@ class LlamaModel:
         self._eog: dict[int, bool] = {}
         self._closed = False
         self._decode_id = 0  # counts decodes, so stale logits views can tell
+        self._interrupt: Interrupt | None = None  # set inside interrupted_by
 
     # -- loading -----------------------------------------------------------
     @classmethod
@@ -366,6 +407,21 @@ class LlamaModel:
         finally:
             self._pinned = before
 
+    @contextlib.contextmanager
+    def interrupted_by(self, stop: Interrupt) -> Iterator[None]:
+        """Decodes inside stop part-way once ``stop`` is set, raising ``Interrupted``."""
+        reader = _flag_reader()
+        if reader is None:  # no native flag reader: decodes run to their end
+            yield
+            return
+        self._llama.llama_set_abort_callback(self._ctx, reader, ctypes.c_void_p(stop.address))
+        self._interrupt = stop
+        try:
+            yield
+        finally:
+            self._interrupt = None
+            self._llama.llama_set_abort_callback(self._ctx, reader, ctypes.c_void_p(_NEVER.address))
+
     # -- KV cache ----------------------------------------------------------
     @property
     def cached_tokens(self) -> Sequence[int]:
@@ -401,6 +457,8 @@ class LlamaModel:
             # Leave the slot consistent: drop whatever this batch may have added.
             self._llama.llama_memory_seq_rm(self._mem, seq, start, -1)
             del self._slot.tokens[start:]
+            if rc == 2 and self._interrupt is not None and self._interrupt.is_set():
+                raise Interrupted("the decode was interrupted")
             raise ModelError(f"llama_decode failed with status {rc}")
 
     def _select_slot(self, tokens: Sequence[int]) -> int:

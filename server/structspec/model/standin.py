@@ -16,11 +16,20 @@ agree bit for bit, which is what the tests assert.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from structspec.model.base import FimTokens, ModelError, Rows, TokenCheck, common_prefix_len
+from structspec.model.base import (
+    FimTokens,
+    Interrupt,
+    Interrupted,
+    ModelError,
+    Rows,
+    TokenCheck,
+    common_prefix_len,
+)
 
 DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz_():.,=+-*[]{}'\" \n0123456789"
 BOS = 0
@@ -60,6 +69,7 @@ class StandInModel:
         self._piece_to_id = {p: i + 2 for i, p in enumerate(self._texts) if len(p) > 1}
         self._longest = max((len(p) for p in self.pieces), default=1)
         self._cache: list[int] = []
+        self._interrupt: Interrupt | None = None  # set inside interrupted_by
         self.rows_evaluated = 0
         self.verify_calls = 0
 
@@ -106,9 +116,25 @@ class StandInModel:
             out += self._w[j - 1, context[-j]]
         return out
 
+    @contextlib.contextmanager
+    def interrupted_by(self, stop: Interrupt) -> Iterator[None]:
+        """Decodes inside raise ``Interrupted`` (the cache untouched) once ``stop`` is set."""
+        before, self._interrupt = self._interrupt, stop
+        try:
+            yield
+        finally:
+            self._interrupt = before
+
+    def _check_interrupt(self, new_rows: int) -> None:
+        # A decode of new rows stops before it starts (a real one stops part-way;
+        # either way the cache is as before it).
+        if new_rows and self._interrupt is not None and self._interrupt.is_set():
+            raise Interrupted("the decode was interrupted")
+
     def prefill(self, tokens: Sequence[int]) -> int:
         if len(tokens) > self.n_ctx:
             raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
+        self._check_interrupt(len(tokens) - common_prefix_len(self._cache, tokens))
         reused = common_prefix_len(self._cache, tokens)
         self._cache = list(tokens)
         return reused
@@ -118,6 +144,7 @@ class StandInModel:
             return Rows([], [], [])
         if len(self._cache) + len(tokens) > self.n_ctx:
             raise ModelError("verify past the end of the context")
+        self._check_interrupt(len(tokens))
         self.verify_calls += 1
         argmax: list[int] = []
         margin: list[float] = []
