@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -257,7 +258,7 @@ async def test_an_edit_elsewhere_is_prewarmed_after_a_pause():
     assert svc.join()
 
 
-async def test_latency_budget_holds_during_prefill_and_progress_is_kept(monkeypatch):
+async def test_latency_budget_holds_during_prefill_and_progress_is_kept(monkeypatch, caplog):
     from structspec.completion import generate as generate_module
     from structspec.completion import service as service_module
 
@@ -281,8 +282,10 @@ async def test_latency_budget_holds_during_prefill_and_progress_is_kept(monkeypa
     model = SlowChunks(n_ctx=4096, eos_bias=-3.0)
     svc = make_service(model, max_latency_ms=2500)
     svc.open_document("file:///p/a.py", "python", 1, PY)
-    first = await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
+    with caplog.at_level(logging.INFO, logger="structspec.completion.service"):
+        first = await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
     assert first is None  # out of budget before the prompt was evaluated
+    assert "no suggestion at a.py:120:5" in caplog.text and "past maxLatencyMs" in caplog.text
     # After the first chunk (1 s), a second and the last chunk the engine evaluates would end
     # at 3 s, past 2.5: it stops there, and what was evaluated is kept for the next request.
     assert [n for n, _ in model.prefills] == [128]

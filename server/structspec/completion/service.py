@@ -186,18 +186,32 @@ class _Session:
         self.recent.appendleft(generated)
 
 
+def _where(request: CompletionRequest) -> str:
+    """``file.py:line:character`` of a request, for the log (the line 1-based)."""
+    return f"{posixpath.basename(uri_path(request.uri))}:{request.line + 1}:{request.character}"
+
+
+def _log_unfinished(request: CompletionRequest, ms: float) -> None:
+    """A request whose prompt evaluation ran out of ``maxLatencyMs``: it answered nothing."""
+    log.info(
+        "no suggestion at %s in %.0f ms: the prompt's evaluation ran past maxLatencyMs "
+        "(what was evaluated stays cached; the next request or a pause continues it)",
+        _where(request),
+        ms,
+    )
+
+
 def _log_answer(
     request: CompletionRequest, ms: float, stats: GenerationStats | None, what: str
 ) -> None:
     """One log line per request the model worked on: where its time went (prefill or decode)."""
     if stats is None or not log.isEnabledFor(logging.INFO):
         return
-    where = f"{posixpath.basename(uri_path(request.uri))}:{request.line + 1}:{request.character}"
     log.info(
         "%s at %s in %.0f ms: prompt %d tokens (%d evaluated in %.0f ms), "
         "%d tokens in %.0f ms (%d passes), stop: %s",
         what,
-        where,
+        _where(request),
         ms,
         stats.prompt_tokens,
         stats.prompt_tokens - stats.reused_tokens,
@@ -450,7 +464,10 @@ class CompletionService:
         latency = (time.perf_counter() - t0) * 1000.0
         if outcome.text is None or result.id is None or job.cancelled():
             self.stats.empty += 1
-            _log_answer(request, latency, outcome.stats, "no suggestion")
+            if outcome.unfinished:
+                _log_unfinished(request, latency)
+            else:
+                _log_answer(request, latency, outcome.stats, "no suggestion")
             return None
         self.stats.record_latency(latency)
         _log_answer(request, latency, outcome.stats, "answer")
