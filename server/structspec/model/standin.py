@@ -134,8 +134,8 @@ class StandInModel:
     def prefill(self, tokens: Sequence[int]) -> int:
         if len(tokens) > self.n_ctx:
             raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
-        self._check_interrupt(len(tokens) - common_prefix_len(self._cache, tokens))
         reused = common_prefix_len(self._cache, tokens)
+        self._check_interrupt(len(tokens) - reused)
         self._cache = list(tokens)
         return reused
 
