@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from structspec.bench import editor
 from structspec.bench.editor import (
     Answer,
+    PacedPoint,
+    Point,
     accept_edit,
     busy_loops,
     check_trace,
@@ -19,6 +23,7 @@ from structspec.bench.editor import (
     first_points,
     line_continuation,
     offset_at,
+    paced_summary,
     plan_points,
     run_editor_benchmark,
     split_answers,
@@ -234,6 +239,7 @@ def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
     """The user's reading and moving-on pauses cost test time and prove nothing here."""
     monkeypatch.setattr(editor, "READ_S", 0.0)
     monkeypatch.setattr(editor, "SETTLE_S", 0.0)
+    monkeypatch.setattr(editor, "ARRIVE_S", 0.0)
 
 
 def test_editor_benchmark_smoke(tmp_path: Path):
@@ -264,6 +270,68 @@ def test_editor_benchmark_smoke(tmp_path: Path):
     assert any(line.startswith("teacher-forced:") for line in lines)
     assert any(line.startswith("contention:") for line in lines)
     assert any("after accept" in line for line in lines)
+    paced = result["paced"]
+    assert set(paced) == {"structspec, paced", "structspec, paced + 1 busy loop"}
+    quiet = paced["structspec, paced"]
+    assert quiet["keystrokes"] == 8 and quiet["points"] == 2
+    # The last key of a point is always waited for; the stand-in shows something.
+    assert quiet["answered"] >= 2 and quiet["shown"] > 0
+    assert any(line.startswith("typing at a steady pace") for line in lines)
+
+
+class _SlowClient:
+    """Answers the keystrokes' requests at once, except those it is told never to answer."""
+
+    def __init__(self, never: set[int]) -> None:
+        self.never = never
+        self.ids = 0
+        self.cancelled: list[int] = []
+        self.changes: list[dict[str, Any]] = []
+
+    def notify(self, method: str, params: Any) -> None:
+        if method == "textDocument/didChange":
+            self.changes.append(params)
+
+    def start_request(self, method: str, params: Any) -> tuple[int, asyncio.Future[Any]]:
+        self.ids += 1
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.ids not in self.never:
+            fut.set_result({"items": [{"insertText": "x"}]} if self.ids > 1 else {"items": []})
+        return self.ids, fut
+
+    def cancel(self, request_id: int) -> None:
+        self.cancelled.append(request_id)
+
+
+def test_the_paced_user_cancels_a_request_the_next_key_overtakes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(editor, "PACE_MS", 20.0)
+    replay = editor._Replay("paced", {}, "standin", 1, 5.0, paced=True)
+    client = _SlowClient(never={2})
+    replay.client = client  # type: ignore[assignment]
+    point = Point("file:///m.py", "python", "x = 1\n\n", 1, "", "abcd")
+    replay.opened[point.uri] = 1
+    asyncio.run(replay.type_point_paced(point))
+    (typed,) = replay.result.paced
+    assert [ms is None for ms in typed.keys] == [False, True, False, False]
+    assert typed.shown == [False, False, True, True]  # the first answer was empty
+    assert client.cancelled == [2]
+    assert len(client.changes) == 5  # the point's text, then one change per key
+    assert replay.text == "x = 1\nabcd\n"
+    # The first suggestion came with the third key's answer, two paces in.
+    assert typed.first_shown_ms is not None and typed.first_shown_ms >= 2 * 20.0
+
+
+def test_paced_summary_counts_answers_in_time_and_the_wait_for_the_first_suggestion() -> None:
+    points = [
+        PacedPoint([10.0, None, 30.0], [False, False, True], 330.0),
+        PacedPoint([None, 50.0], [False, False], None),
+    ]
+    s = paced_summary(points)
+    assert (s["keystrokes"], s["answered"], s["shown"]) == (5, 3, 1)
+    assert s["answered_p50_ms"] == 30.0 and s["points_without"] == 1
+    assert s["first_shown_p50_ms"] == s["first_shown_max_ms"] == 330.0
 
 
 def test_servers_get_the_default_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):

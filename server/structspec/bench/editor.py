@@ -32,13 +32,23 @@ whether the model computed it or it was served without the model (its
 request is not timed. The first request of a run (a cold prefill of the whole
 prompt) is reported separately.
 
+A user does not wait for the server, though. A third server, ``structspec,
+paced``, types each point's line at a steady ``PACE_MS`` per key, starting
+``ARRIVE_S`` after arriving at the point, and never waits: every keystroke is
+a ``didChange`` and a request, and a request still unanswered when the next
+key comes is cancelled (``$/cancelRequest``, as VS Code does when the document
+changes). It reports what such a user sees (``paced_summary``): how many
+keystrokes were answered before the next one, how many of those answers
+showed a suggestion, and how long after the first keystroke at a point the
+first suggestion appeared, with the prompt evaluation of a new place in it.
+
 The configurations run as servers side by side, typing in turn at each cursor
 point (each left alone for ``SETTLE_S`` after its turn, so that its
 background work does not slow the next server's), so a busy phase of a shared
 machine hits all of them alike:
 ``structspec`` (the defaults) and ``greedy`` (``speculative: false``).
-``contention`` replays ``structspec`` once more, on a fresh server, while
-busy-loop processes compete for the CPU.
+``contention`` replays ``structspec`` (and the paced user) once more, on fresh
+servers, while busy-loop processes compete for the CPU.
 
 The ``structspec`` server runs with ``STRUCTSPEC_TRACE`` set
 (``completion/trace.py``); afterwards every traced token is checked against
@@ -85,6 +95,16 @@ MAX_ACCEPTS = 4
 #: Seconds a server is left alone after its turn at a point (longer than its
 #: pre-generation of at most ``maxTokens`` tokens on this class of machine).
 SETTLE_S = 3.0
+
+#: The paced user's keystroke interval (ms): about 80 words a minute, a fast typist's
+#: steady pace, faster than most answers the model computes.
+PACE_MS = 150.0
+#: Seconds the paced user spends at a point before typing (finding the place; the
+#: server's pre-warm works meanwhile).
+ARRIVE_S = 1.0
+
+#: The paced configuration's name (the defaults, typed at ``PACE_MS``).
+PACED = "structspec, paced"
 
 CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("structspec", {}),
@@ -317,11 +337,25 @@ class StdioClient:
             self.messages.append(str((message.get("params") or {}).get("message", "")))
 
     async def request(self, method: str, params: Any) -> Any:
+        return await self.start_request(method, params)[1]
+
+    def start_request(self, method: str, params: Any) -> tuple[int, asyncio.Future[Any]]:
+        """Send a request; its id and the future of its answer (not awaited here)."""
         self._ids += 1
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[self._ids] = fut
         self._send({"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params})
-        return await fut
+        return self._ids, fut
+
+    def cancel(self, request_id: int) -> None:
+        """``$/cancelRequest``, as an editor sends when the document changes under a request.
+
+        Its answer (an error or a late result) is dropped unread.
+        """
+        fut = self._pending.get(request_id)
+        if fut is not None:
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self.notify("$/cancelRequest", {"id": request_id})
 
     def notify(self, method: str, params: Any) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})
@@ -378,6 +412,40 @@ def split_answers(answers: Sequence[Answer]) -> dict[str, dict[str, float]]:
 
 
 @dataclass
+class PacedPoint:
+    """One point typed at ``PACE_MS``: each keystroke's answer, if it came before the next key.
+
+    ``keys[i]``: milliseconds from keystroke ``i`` to its answer, ``None`` when
+    the next keystroke came first (the request was cancelled); the last
+    keystroke's answer is always waited for. ``shown[i]``: that answer held a
+    suggestion. ``first_shown_ms``: from the first keystroke to the first
+    suggestion on screen (``None``: none while the line was typed).
+    """
+
+    keys: list[float | None] = field(default_factory=list)
+    shown: list[bool] = field(default_factory=list)
+    first_shown_ms: float | None = None
+
+
+def paced_summary(points: Sequence[PacedPoint]) -> dict[str, Any]:
+    """What the paced user saw: answers in time, suggestions, the wait for the first one."""
+    answered = [ms for p in points for ms in p.keys if ms is not None]
+    firsts = [p.first_shown_ms for p in points if p.first_shown_ms is not None]
+    return {
+        "keystrokes": sum(len(p.keys) for p in points),
+        "answered": len(answered),
+        "shown": sum(sum(p.shown) for p in points),
+        "answered_p50_ms": round(percentile(answered, 50), 1),
+        "answered_p95_ms": round(percentile(answered, 95), 1),
+        "points": len(points),
+        "points_without": len(points) - len(firsts),
+        "first_shown_p50_ms": round(percentile(firsts, 50), 1),
+        "first_shown_p95_ms": round(percentile(firsts, 95), 1),
+        "first_shown_max_ms": round(max(firsts, default=0.0), 1),
+    }
+
+
+@dataclass
 class ConfigResult:
     """Measurements of one configuration."""
 
@@ -388,6 +456,7 @@ class ConfigResult:
     next_line: list[Answer] = field(default_factory=list)
     no_suggestion_points: int = 0  # points where nothing came back to accept
     status: dict[str, Any] = field(default_factory=dict)
+    paced: list[PacedPoint] = field(default_factory=list)  # a paced configuration's points
 
     def summary(self) -> dict[str, Any]:
         stats = self.status.get("stats", {}) if isinstance(self.status, dict) else {}
@@ -405,6 +474,7 @@ class ConfigResult:
             "model_suggestions": stats.get("shown", 0),
             "served_without_model": without_model(stats),
             "model": self.status.get("model", "") if isinstance(self.status, dict) else "",
+            "paced": paced_summary(self.paced) if self.paced else None,
         }
 
 
@@ -463,8 +533,11 @@ class _Replay:
         timeout_s: float,
         trace: Path | None = None,
         log_dir: Path | None = None,
+        *,
+        paced: bool = False,
     ) -> None:
         self.name = name
+        self.paced = paced
         self.options = options
         self.model = model
         self.threads = threads
@@ -643,9 +716,58 @@ class _Replay:
             offset += len(ch)
             result.keys.append(answer)
 
+    async def type_point_paced(self, point: Point) -> None:
+        """Arrive at the point, then type its line a key every ``PACE_MS``, never waiting.
+
+        Each keystroke is a ``didChange`` and a request, as an editor sends
+        them; a request still unanswered when the next key comes is cancelled
+        (``$/cancelRequest``, as VS Code does when the document changes).
+        """
+        self._set_text(point)
+        await asyncio.sleep(ARRIVE_S)
+        offset = offset_at(self.text, point.line, _utf16_len(point.indent))
+        paced = PacedPoint()
+        start = time.perf_counter()
+        for i, ch in enumerate(point.typed):
+            t_key = start + i * PACE_MS / 1000.0
+            await asyncio.sleep(max(0.0, t_key - time.perf_counter()))
+            pos = position_at(self.text, offset)
+            self._change(point.uri, {"range": {"start": pos, "end": pos}, "text": ch})
+            self.text = self.text[:offset] + ch + self.text[offset:]
+            offset += len(ch)
+            request_id, answer = self.client.start_request(
+                "textDocument/inlineCompletion",
+                {
+                    "textDocument": {"uri": point.uri},
+                    "position": position_at(self.text, offset),
+                    "context": {"triggerKind": 2},
+                },
+            )
+            last = i == len(point.typed) - 1
+            wait = self.timeout_s if last else t_key + PACE_MS / 1000.0 - time.perf_counter()
+            done, _ = await asyncio.wait({answer}, timeout=max(0.0, wait))
+            if not done:
+                if last:
+                    raise TimeoutError("the last keystroke of a point was not answered")
+                self.client.cancel(request_id)
+                paced.keys.append(None)
+                paced.shown.append(False)
+                continue
+            now = time.perf_counter()
+            result = answer.result()
+            items = result.get("items") if isinstance(result, dict) else None
+            paced.keys.append((now - t_key) * 1000.0)
+            paced.shown.append(bool(items))
+            if items and paced.first_shown_ms is None:
+                paced.first_shown_ms = (now - start) * 1000.0
+        self.result.paced.append(paced)
+
     async def run_point(self, point: Point) -> None:
-        await self.accept_at(point)
-        await self.type_point(point)
+        if self.paced:
+            await self.type_point_paced(point)
+        else:
+            await self.accept_at(point)
+            await self.type_point(point)
         # The user moves on; the server's background work (pre-generation after
         # the last answer) ends before the next server types, so one server's
         # idle work never slows another's turn.
@@ -732,6 +854,29 @@ def write_recording(model: Model, trace: Path, record: Path, threads: int, out: 
     )
 
 
+def _paced_report(results: dict[str, dict[str, Any]], out: Out) -> None:
+    out(
+        f"typing at a steady pace (a key every {PACE_MS:.0f} ms, {ARRIVE_S:.1f} s after arriving "
+        "at the point; a request still unanswered at the next key is cancelled):"
+    )
+    width = max(len(name) for name in results)
+    out(
+        f"{'configuration':<{width}}  keys  answered  shown | answered p50    p95 | "
+        "first suggestion at a point: p50    p95    max  points without"
+    )
+    for name, p in results.items():
+        out(
+            f"{name:<{width}}  {p['keystrokes']:4d}  {p['answered']:8d}  {p['shown']:5d} | "
+            f"{p['answered_p50_ms']:12.1f} {p['answered_p95_ms']:6.1f} | "
+            f"{p['first_shown_p50_ms']:32.1f} {p['first_shown_p95_ms']:6.1f} "
+            f"{p['first_shown_max_ms']:6.1f}  {p['points_without']:3d} of {p['points']}"
+        )
+    out(
+        "(answered: before the next key, or the line's last; first suggestion: from the "
+        "point's first keystroke)"
+    )
+
+
 def _row(name: str, s: dict[str, dict[str, float]], width: int) -> str:
     a, m, c = s["all"], s["model"], s["cache"]
     return (
@@ -759,6 +904,7 @@ def run_editor_benchmark(
     limit: int | None = None,
     contention: int = 0,
     exactness: bool = True,
+    paced: bool = True,
     timeout_s: float = 300.0,
     log_dir: Path | None = None,
     record: Path | None = None,
@@ -769,7 +915,9 @@ def run_editor_benchmark(
     path, ``""`` for the default model, ``standin`` for a smoke run).
     ``limit``: that many cursor points, the files' first ones in turn. ``contention``: busy-loop
     processes for a second, loaded replay of ``structspec`` (0: none).
-    ``exactness``: the teacher-forced check of the traced tokens. ``log_dir``: each
+    ``exactness``: the teacher-forced check of the traced tokens. ``paced``: also a
+    ``structspec`` server typed at ``PACE_MS`` (quiet, and loaded with ``contention``),
+    reported apart (``paced_summary``). ``log_dir``: each
     server writes its log there (``<configuration>.log``). ``record``: keep the
     ``structspec`` server's trace at ``<record>.trace.jsonl`` and write it as a
     recording for ``structspec benchmark --replay`` to ``record``
@@ -805,6 +953,8 @@ def run_editor_benchmark(
             )
             for name, options in CONFIGS
         ]
+        if paced:
+            replays.append(_Replay(PACED, {}, model, threads, timeout_s, None, log_dir, paced=True))
         t0 = time.perf_counter()
         asyncio.run(_replay(replays, points, out))
         out(f"  replay done in {time.perf_counter() - t0:.1f} s")
@@ -812,12 +962,25 @@ def run_editor_benchmark(
         loops = f"{contention} busy loop{'s' if contention != 1 else ''}"
         loaded_name = f"structspec + {loops}"
         if contention > 0:
-            loaded = _Replay(loaded_name, {}, model, threads, timeout_s, log_dir=log_dir)
+            loaded = [_Replay(loaded_name, {}, model, threads, timeout_s, log_dir=log_dir)]
+            if paced:
+                loaded.append(
+                    _Replay(
+                        f"{PACED} + {loops}",
+                        {},
+                        model,
+                        threads,
+                        timeout_s,
+                        None,
+                        log_dir,
+                        paced=True,
+                    )
+                )
             t0 = time.perf_counter()
             with busy_loops(contention):
-                asyncio.run(_replay([loaded], points, out))
+                asyncio.run(_replay(loaded, points, out))
             out(f"  loaded replay done in {time.perf_counter() - t0:.1f} s")
-            results[loaded.name] = loaded.result
+            results.update((r.name, r.result) for r in loaded)
         checked: tuple[Exactness, int] | None = None
         if trace is not None:
             from structspec.runtime import open_model
@@ -829,7 +992,8 @@ def run_editor_benchmark(
                 out(f"  teacher-forced check done in {time.perf_counter() - t0:.1f} s")
             if record is not None:
                 write_recording(checker, trace, record, threads, out)
-    summaries = {name: r.summary() for name, r in results.items()}
+    paced_results = {name: r.summary()["paced"] for name, r in results.items() if r.paced}
+    summaries = {name: r.summary() for name, r in results.items() if not r.paced}
     model_name = next((s["model"] for s in summaries.values() if s["model"]), model or "default")
     out(f"model: {model_name}")
     out(
@@ -885,6 +1049,8 @@ def run_editor_benchmark(
             f"contention: keystroke p95 {quiet_p95:.1f} ms quiet vs {loaded_p95:.1f} ms with "
             f"{loops} = {contention_ratio:.2f}x (target <= 2x with 2)"
         )
+    if paced_results:
+        _paced_report(paced_results, out)
     exact_counts: dict[str, Any] | None = None
     if checked is not None:
         exact, constrained = checked
@@ -903,6 +1069,7 @@ def run_editor_benchmark(
         "points": len(points),
         "keystrokes": total,
         "configs": summaries,
+        "paced": paced_results,
         "speculation_ratio": round(ratio, 2),
         "speculation_decode_ratio": round(decode_ratio, 2),
         "contention_ratio": round(contention_ratio, 2),
