@@ -20,6 +20,7 @@ from structspec.completion.documents import (
 )
 from structspec.completion.prompt import PromptBuilder, header_for, sanitize
 from structspec.completion.service import (
+    ADOPT_GRACE_S,
     CompletionRequest,
     CompletionService,
     Status,
@@ -222,15 +223,19 @@ def test_new_request_cancels_the_one_in_flight():
 
 
 def test_cancelled_task_stops_the_generation():
+    """Once ``ADOPT_GRACE_S`` has passed without a request that agrees with it."""
+
     async def scenario():
         model = SlowStandIn(delay=0.02, eos_bias=-30.0)
-        svc, _ = make_service(model, max_tokens=400)
+        # A generation that would go on for seconds (no latency budget cuts it).
+        svc, _ = make_service(model, max_tokens=400, max_generation_ms=60_000)
         svc.open_document("u", "python", 1, "x = ")
         task = asyncio.ensure_future(svc.complete(CompletionRequest("u", 0, 4)))
         await asyncio.sleep(0.2)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        await asyncio.sleep(ADOPT_GRACE_S + 0.05)
         calls = model.verify_calls
         await asyncio.sleep(0.2)
         svc.close()

@@ -163,10 +163,13 @@ def run_completion(
     cut_hint: int | None = None,
     cancelled: Callable[[], bool] = lambda: False,
     clock: Callable[[], float] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Generate and clean one suggestion (see the module docstring).
 
     ``clock`` (default ``time.perf_counter``) must be the clock ``job.t0`` was read from.
+    ``progress`` is called after every verification pass with the text written so
+    far (before clean-up), from the thread that runs the generation.
     """
     clock = clock or time.perf_counter
     model = engine.model
@@ -232,6 +235,8 @@ def run_completion(
         for step in steps:
             before = len(text)
             text += step.text
+            if progress is not None:
+                progress(text)
             loop = loop_start(text)
             if loop is not None:  # the model is stuck in a loop: that line is dropped
                 text, early = text[:loop], True

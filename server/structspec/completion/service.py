@@ -15,7 +15,13 @@ that hand a job to ``host`` and ``generate`` (``_warm``, ``_run``,
 
 Stale work: a new request for a document cancels the one in flight for it
 (that one answers ``None``); a cancelled request (``$/cancelRequest``, which
-cancels the awaiting task) stops its generation between verification passes.
+cancels the awaiting task) stops its generation between verification passes,
+``ADOPT_GRACE_S`` after its last request left. Except when the keystrokes
+since agree with it: a request whose edit since the generation in flight was
+asked is typing, at its cursor, the start of what it has written so far waits
+for that generation and is typed through its answer (``_adopt``). A user who
+types faster than the model answers, typing what the model is writing, sees
+each answer a pass after it is done instead of never.
 
 Settings: ``configure`` is the one way in (the language server's
 ``initialized`` too). A change that reshapes the model or the engine queues one
@@ -51,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import logging
 import posixpath
@@ -120,6 +127,10 @@ log = logging.getLogger(__name__)
 
 #: Latest generations kept per document for the ``recycle`` draft source.
 RECENT_SUGGESTIONS = 4
+#: Seconds a generation whose last request was cancelled goes on, in case the
+#: next keystroke's request agrees with it (an editor cancels the request on the
+#: edit, before it asks again); a request that does not agree stops it at once.
+ADOPT_GRACE_S = 0.15
 
 
 def draft_language(uri: str, language_id: str, text: str) -> str:
@@ -137,7 +148,7 @@ def draft_language(uri: str, language_id: str, text: str) -> str:
 class _Job:
     """One request's work for the worker thread: its inputs, its session and a cancel flag."""
 
-    __slots__ = ("session", "input", "waiters", "_cancelled", "interrupt")
+    __slots__ = ("session", "input", "waiters", "_cancelled", "interrupt", "partial")
 
     def __init__(self, session: _Session, inputs: CompletionInput) -> None:
         self.session = session
@@ -146,6 +157,28 @@ class _Job:
         self._cancelled = threading.Event()
         #: Stops a background job's decode part-way (``interrupted_by``).
         self.interrupt = Interrupt()
+        #: The text the generation has written so far (set on the worker, read on the loop).
+        self.partial = ""
+
+    def wrote(self, text: str) -> None:
+        self.partial = text
+
+    def agrees(self, text: str, offset: int) -> bool:
+        """``text`` is this job's text with, at its cursor, the start of what it has written.
+
+        That is, the edits since it was asked typed what the model is writing.
+        """
+        if self.cancelled():
+            return False
+        old, at = self.input.text, self.input.offset
+        typed = offset - at
+        if typed <= 0 or len(text) != len(old) + typed:
+            return False
+        return (
+            self.partial.startswith(text[at:offset])
+            and text[:at] == old[:at]
+            and text[offset:] == old[at:]
+        )
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -184,6 +217,11 @@ class _Session:
         if generated in self.recent:
             self.recent.remove(generated)
         self.recent.appendleft(generated)
+
+
+def _edited(doc: Document, text: str) -> bool:
+    """The document's text is no longer ``text`` (a request's answer for it is stale)."""
+    return doc.text is not text and doc.text != text
 
 
 def _where(request: CompletionRequest) -> str:
@@ -434,6 +472,15 @@ class CompletionService:
             and job.input.text is text
             and job.input.offset == offset
         )
+        adopt = job is not None and job.input.settings is settings and job.agrees(text, offset)
+        if not shared and adopt and job is not None and task is not None:
+            served, answer = await self._adopt(session, job, task, doc, text, offset, ctx, t0)
+            if served:
+                return answer
+            if _edited(doc, text):  # again, meanwhile: a newer request answers
+                self.stats.empty += 1
+                return None
+            job, task = session.job, session.task
         if not shared and job is not None:
             job.cancel()
             session.job = session.task = None
@@ -446,23 +493,19 @@ class CompletionService:
         if not shared:
             job = self._job(session, request.uri, text, offset, settings, t0, ctx)
             task = asyncio.ensure_future(self._execute(job, request.invoked))
+            task.add_done_callback(functools.partial(self._job_done, session, job))
             session.job, session.task = job, task
         assert job is not None and task is not None
         job.waiters += 1
         try:
             result = await asyncio.shield(task)
         except asyncio.CancelledError:
-            job.waiters -= 1
-            if job.waiters == 0:
-                job.cancel()  # nobody waits any more: stop between passes
-            self.stats.cancelled += 1
+            self._leave(job)
             raise
         job.waiters -= 1
-        if session.job is job and task.done():
-            session.job = session.task = None
         outcome = result.outcome
         latency = (time.perf_counter() - t0) * 1000.0
-        if outcome.text is None or result.id is None or job.cancelled():
+        if outcome.text is None or result.id is None or job.cancelled() or _edited(doc, text):
             self.stats.empty += 1
             if outcome.unfinished:
                 _log_unfinished(request, latency)
@@ -475,6 +518,70 @@ class CompletionService:
         return self._suggestion(
             result.id, doc, text, offset, ctx, outcome.text, "model", latency, outcome.stats
         )
+
+    async def _adopt(
+        self,
+        session: _Session,
+        job: _Job,
+        task: asyncio.Future[_Result],
+        doc: Document,
+        text: str,
+        offset: int,
+        ctx: CursorContext,
+        t0: float,
+    ) -> tuple[bool, Suggestion | None]:
+        """Wait for ``job`` (the edits since agree with it), then type through its answer.
+
+        Returns ``(served, suggestion)`` as ``_from_pending`` does; not served
+        when it answered nothing, or what it answered no longer agrees.
+        """
+        job.waiters += 1
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self._leave(job)
+            raise
+        job.waiters -= 1
+        pending = session.pending
+        if _edited(doc, text) or pending is None or result.id is None or pending.id != result.id:
+            return False, None
+        served, answer = self._from_pending(session, doc, text, offset, ctx, t0)
+        if served:
+            self.stats.served_from_generation_in_flight += 1
+            if answer is not None and not self.stats.is_shown(answer.id):
+                # Its own request was cancelled before it came: this is its first showing.
+                self.stats.record_shown(answer.id, len(pending.text))
+            self._schedule_pregeneration(doc.uri)
+        return served, answer
+
+    def _leave(self, job: _Job) -> None:
+        """A request waiting for ``job`` was cancelled: stop the job once nobody waits."""
+        job.waiters -= 1
+        self.stats.cancelled += 1
+        if job.waiters > 0:
+            return
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            job.cancel()
+            return
+        # The next keystroke's request may agree with it (``_adopt``); stop between
+        # passes if none has come to wait for it by then.
+        loop.call_later(ADOPT_GRACE_S, self._cancel_if_orphaned, job)
+
+    @staticmethod
+    def _cancel_if_orphaned(job: _Job) -> None:
+        if job.waiters == 0:
+            job.cancel()
+
+    @staticmethod
+    def _job_done(session: _Session, job: _Job, _task: asyncio.Future[_Result]) -> None:
+        """A job ended: it no longer holds the session (background work waits for that).
+
+        An answer nobody waited for any more stays pending (the next keystroke
+        may type through it) but is not pre-generated: nobody was shown it.
+        """
+        if session.job is job:
+            session.job = session.task = None
 
     def _from_pending(
         self,
@@ -543,7 +650,8 @@ class CompletionService:
             self.stats.record_sources(st.by_source())
         if outcome.text is not None and not job.cancelled():
             result.id = f"s{next(self._ids)}"
-            self.stats.record_shown(result.id, len(outcome.text))
+            if job.waiters > 0:  # else nobody is shown it (it stays pending, see _job_done)
+                self.stats.record_shown(result.id, len(outcome.text))
             job.session.pending = PendingSuggestion.at(
                 result.id, job.input.text, job.input.offset, outcome.text, outcome.continuation
             )
@@ -887,6 +995,7 @@ class CompletionService:
                 job.input,
                 cut_hint=job.session.cut,
                 cancelled=job.cancelled,
+                progress=job.wrote,
             )
         except (ModelError, EngineError) as exc:
             log.warning("completion for %s failed: %s", job.input.uri, exc)

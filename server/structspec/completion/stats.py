@@ -25,6 +25,8 @@ class AcceptanceStats:
     shown: int = 0  # suggestions the model produced
     served_from_cache: int = 0  # answers without the model: typing-through, pre-generated
     served_from_pregeneration: int = 0  # of those, continuations written in the background
+    #: of those, typed through a generation that was still running at the keystroke
+    served_from_generation_in_flight: int = 0
     pregenerated_tokens: int = 0  # tokens pre-generation wrote
     empty: int = 0  # requests answered with nothing
     cancelled: int = 0
@@ -46,6 +48,9 @@ class AcceptanceStats:
     def record_latency(self, ms: float) -> None:
         self.last_latency_ms = ms
         self._latencies.append(ms)
+
+    def is_shown(self, suggestion_id: str) -> bool:
+        return suggestion_id in self._shown_ids
 
     def record_shown(self, suggestion_id: str, chars: int) -> None:
         self.shown += 1
@@ -105,6 +110,7 @@ class AcceptanceStats:
             "shown": self.shown,
             "servedFromCache": self.served_from_cache,
             "servedFromPregeneration": self.served_from_pregeneration,
+            "servedFromGenerationInFlight": self.served_from_generation_in_flight,
             "pregeneratedTokens": self.pregenerated_tokens,
             "empty": self.empty,
             "cancelled": self.cancelled,
