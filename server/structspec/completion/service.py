@@ -496,13 +496,7 @@ class CompletionService:
             task.add_done_callback(functools.partial(self._job_done, session, job))
             session.job, session.task = job, task
         assert job is not None and task is not None
-        job.waiters += 1
-        try:
-            result = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            self._leave(job)
-            raise
-        job.waiters -= 1
+        result = await self._wait(job, task)
         outcome = result.outcome
         latency = (time.perf_counter() - t0) * 1000.0
         if outcome.text is None or result.id is None or job.cancelled() or _edited(doc, text):
@@ -535,13 +529,7 @@ class CompletionService:
         Returns ``(served, suggestion)`` as ``_from_pending`` does; not served
         when it answered nothing, or what it answered no longer agrees.
         """
-        job.waiters += 1
-        try:
-            result = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            self._leave(job)
-            raise
-        job.waiters -= 1
+        result = await self._wait(job, task)
         pending = session.pending
         if _edited(doc, text) or pending is None or result.id is None or pending.id != result.id:
             return False, None
@@ -554,12 +542,22 @@ class CompletionService:
             self._schedule_pregeneration(doc.uri)
         return served, answer
 
-    def _leave(self, job: _Job) -> None:
-        """A request waiting for ``job`` was cancelled: stop the job once nobody waits."""
+    async def _wait(self, job: _Job, task: asyncio.Future[_Result]) -> _Result:
+        """Wait for ``job`` as one of its requests; cancelled, stop it once nobody waits."""
+        job.waiters += 1
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            job.waiters -= 1
+            self.stats.cancelled += 1
+            if job.waiters == 0:
+                self._orphaned(job)
+            raise
         job.waiters -= 1
-        self.stats.cancelled += 1
-        if job.waiters > 0:
-            return
+        return result
+
+    def _orphaned(self, job: _Job) -> None:
+        """No request waits for ``job`` any more: stop it, after the grace for adoption."""
         loop = self._loop
         if loop is None or loop.is_closed():
             job.cancel()
