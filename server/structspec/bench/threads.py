@@ -1,7 +1,9 @@
 """Verification passes under CPU contention: fixed thread counts against the governor.
 
-``python -m structspec.bench.threads [--model PATH] [--threads 2] [--busy 2]``
-times a pass of ``--rows`` rows (median and p95 over interleaved rounds) on
+``python -m structspec.bench.threads [--model PATH] [--threads 2] [--busy 2] [--prefill]``
+times a pass of ``--rows`` rows (median and p95 over interleaved rounds; with
+``--prefill``, the prompt evaluation of ``--rows`` more tokens, logits on the
+last only, as a prefill chunk is) on
 a quiet machine and then with ``--busy`` busy-loop processes running (spawned
 here and always killed), for every fixed thread count up to ``--threads`` and
 for ``model.threads.ThreadGovernor`` starting at ``--threads``. The output is
@@ -41,13 +43,19 @@ class FixedThreads:
 
 
 def measure(
-    model: Any, configs: dict[str, Callable[[], object]], rows: int, rounds: int
+    model: Any,
+    configs: dict[str, Callable[[], object]],
+    rows: int,
+    rounds: int,
+    *,
+    prefill: bool = False,
 ) -> dict[str, list[float]]:
     """Pass times (ms) per configuration, ``rounds`` rounds of 8 passes each, interleaved.
 
     ``model`` is a ``LlamaModel`` (its ``governor`` is swapped per configuration).
+    ``prefill``: time the evaluation of ``rows`` more prompt tokens instead.
     """
-    tokens = model.tokenize(PROMPT)
+    tokens = model.tokenize(PROMPT * (1 + rows // 64))
     model.prefill(tokens[:300])
     base = len(model.cached_tokens)
     times: dict[str, list[float]] = {name: [] for name in configs}
@@ -57,7 +65,10 @@ def measure(
             model.governor = governors[name]
             for _ in range(8):
                 t0 = time.perf_counter()
-                model.verify(tokens[300 : 300 + rows])
+                if prefill:
+                    model.prefill(tokens[: 300 + rows])
+                else:
+                    model.verify(tokens[300 : 300 + rows])
                 times[name].append((time.perf_counter() - t0) * 1000.0)
                 model.truncate(base)
     return times
@@ -70,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--busy", type=int, default=2, help="busy-loop processes for the loaded run")
     p.add_argument("--rows", type=int, default=4)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument(
+        "--prefill", action="store_true", help="time prompt evaluation of --rows tokens instead"
+    )
     args = p.parse_args(argv)
     model = open_model(args.model, context_size=2048, threads=args.threads)
     configs: dict[str, Callable[[], object]] = {
@@ -79,14 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     configs[f"governor from {args.threads}"] = lambda: ThreadGovernor(
         args.threads, IdleMeter(cores=os.cpu_count() or 1).idle_cores
     )
-    print(f"model {model.name}, {os.cpu_count()} CPUs; {args.rows}-row passes, ms")
+    what = f"prefill chunks of {args.rows} tokens" if args.prefill else f"{args.rows}-row passes"
+    print(f"model {model.name}, {os.cpu_count()} CPUs; {what}, ms")
     print("| machine | threads | p50 | p95 |")
     print("| --- | --- | --- | --- |")
     for label, busy in (("quiet", 0), (f"{args.busy} busy loops", args.busy)):
         procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
         try:
             time.sleep(0.5 if busy else 0.0)
-            times = measure(model, configs, args.rows, args.rounds)
+            times = measure(model, configs, args.rows, args.rounds, prefill=args.prefill)
         finally:
             for proc in procs:
                 proc.kill()
