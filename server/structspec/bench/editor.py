@@ -474,7 +474,6 @@ class ConfigResult:
             "model_suggestions": stats.get("shown", 0),
             "served_without_model": without_model(stats),
             "model": self.status.get("model", "") if isinstance(self.status, dict) else "",
-            "paced": paced_summary(self.paced) if self.paced else None,
         }
 
 
@@ -633,17 +632,27 @@ class _Replay:
             },
         )
 
+    def _completion_params(self, uri: str, offset: int) -> dict[str, Any]:
+        """An automatic inline-completion request at ``offset`` of the current text."""
+        return {
+            "textDocument": {"uri": uri},
+            "position": position_at(self.text, offset),
+            "context": {"triggerKind": 2},
+        }
+
+    def _type(self, uri: str, offset: int, inserted: str) -> int:
+        """Insert ``inserted`` at ``offset`` (a keystroke's ``didChange``); the new cursor."""
+        pos = position_at(self.text, offset)
+        self._change(uri, {"range": {"start": pos, "end": pos}, "text": inserted})
+        self.text = self.text[:offset] + inserted + self.text[offset:]
+        return offset + len(inserted)
+
     async def _ask(self, uri: str, offset: int, t0: float | None = None) -> tuple[Answer, Any]:
         """Ask for a suggestion at ``offset``; timed from ``t0`` (default: now)."""
         t0 = time.perf_counter() if t0 is None else t0
         answer = await asyncio.wait_for(
             self.client.request(
-                "textDocument/inlineCompletion",
-                {
-                    "textDocument": {"uri": uri},
-                    "position": position_at(self.text, offset),
-                    "context": {"triggerKind": 2},
-                },
+                "textDocument/inlineCompletion", self._completion_params(uri, offset)
             ),
             self.timeout_s,
         )
@@ -657,11 +666,8 @@ class _Replay:
 
     async def _edit(self, uri: str, offset: int, inserted: str) -> tuple[Answer, Any]:
         """Insert ``inserted`` at ``offset`` (a keystroke) and ask at its end, timed."""
-        pos = position_at(self.text, offset)
         t0 = time.perf_counter()
-        self._change(uri, {"range": {"start": pos, "end": pos}, "text": inserted})
-        self.text = self.text[:offset] + inserted + self.text[offset:]
-        return await self._ask(uri, offset + len(inserted), t0)
+        return await self._ask(uri, self._type(uri, offset, inserted), t0)
 
     async def accept_at(self, point: Point) -> None:
         """Ask at the cleared line, accept the suggestion, ask after it and on the next line."""
@@ -731,17 +737,9 @@ class _Replay:
         for i, ch in enumerate(point.typed):
             t_key = start + i * PACE_MS / 1000.0
             await asyncio.sleep(max(0.0, t_key - time.perf_counter()))
-            pos = position_at(self.text, offset)
-            self._change(point.uri, {"range": {"start": pos, "end": pos}, "text": ch})
-            self.text = self.text[:offset] + ch + self.text[offset:]
-            offset += len(ch)
+            offset = self._type(point.uri, offset, ch)
             request_id, answer = self.client.start_request(
-                "textDocument/inlineCompletion",
-                {
-                    "textDocument": {"uri": point.uri},
-                    "position": position_at(self.text, offset),
-                    "context": {"triggerKind": 2},
-                },
+                "textDocument/inlineCompletion", self._completion_params(point.uri, offset)
             )
             last = i == len(point.typed) - 1
             wait = self.timeout_s if last else t_key + PACE_MS / 1000.0 - time.perf_counter()
@@ -954,7 +952,9 @@ def run_editor_benchmark(
             for name, options in CONFIGS
         ]
         if paced:
-            replays.append(_Replay(PACED, {}, model, threads, timeout_s, None, log_dir, paced=True))
+            replays.append(
+                _Replay(PACED, {}, model, threads, timeout_s, log_dir=log_dir, paced=True)
+            )
         t0 = time.perf_counter()
         asyncio.run(_replay(replays, points, out))
         out(f"  replay done in {time.perf_counter() - t0:.1f} s")
@@ -964,17 +964,9 @@ def run_editor_benchmark(
         if contention > 0:
             loaded = [_Replay(loaded_name, {}, model, threads, timeout_s, log_dir=log_dir)]
             if paced:
+                paced_name = f"{PACED} + {loops}"
                 loaded.append(
-                    _Replay(
-                        f"{PACED} + {loops}",
-                        {},
-                        model,
-                        threads,
-                        timeout_s,
-                        None,
-                        log_dir,
-                        paced=True,
-                    )
+                    _Replay(paced_name, {}, model, threads, timeout_s, log_dir=log_dir, paced=True)
                 )
             t0 = time.perf_counter()
             with busy_loops(contention):
@@ -992,7 +984,7 @@ def run_editor_benchmark(
                 out(f"  teacher-forced check done in {time.perf_counter() - t0:.1f} s")
             if record is not None:
                 write_recording(checker, trace, record, threads, out)
-    paced_results = {name: r.summary()["paced"] for name, r in results.items() if r.paced}
+    paced_results = {name: paced_summary(r.paced) for name, r in results.items() if r.paced}
     summaries = {name: r.summary() for name, r in results.items() if not r.paced}
     model_name = next((s["model"] for s in summaries.values() if s["model"]), model or "default")
     out(f"model: {model_name}")
