@@ -472,8 +472,13 @@ class CompletionService:
             and job.input.text is text
             and job.input.offset == offset
         )
-        adopt = job is not None and job.input.settings is settings and job.agrees(text, offset)
-        if not shared and adopt and job is not None and task is not None:
+        if (
+            not shared
+            and job is not None
+            and task is not None
+            and job.input.settings is settings
+            and job.agrees(text, offset)
+        ):
             served, answer = await self._adopt(session, job, task, doc, text, offset, ctx, t0)
             if served:
                 return answer
@@ -493,7 +498,7 @@ class CompletionService:
         if not shared:
             job = self._job(session, request.uri, text, offset, settings, t0, ctx)
             task = asyncio.ensure_future(self._execute(job, request.invoked))
-            task.add_done_callback(functools.partial(self._job_done, session, job))
+            task.add_done_callback(functools.partial(self._job_done, job))
             session.job, session.task = job, task
         assert job is not None and task is not None
         result = await self._wait(job, task)
@@ -572,14 +577,14 @@ class CompletionService:
             job.cancel()
 
     @staticmethod
-    def _job_done(session: _Session, job: _Job, _task: asyncio.Future[_Result]) -> None:
+    def _job_done(job: _Job, _task: asyncio.Future[_Result]) -> None:
         """A job ended: it no longer holds the session (background work waits for that).
 
         An answer nobody waited for any more stays pending (the next keystroke
         may type through it) but is not pre-generated: nobody was shown it.
         """
-        if session.job is job:
-            session.job = session.task = None
+        if job.session.job is job:
+            job.session.job = job.session.task = None
 
     def _from_pending(
         self,
