@@ -8,18 +8,38 @@ what a fresh server suggests at the first cursor, less the typed characters.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Sequence
 
+import pytest
 from tests.completion.test_prewarm import wait_for
 from tests.completion.test_service import SlowStandIn, make_service
 
 from structspec.completion.documents import Range, TextChange
 from structspec.completion.service import CompletionRequest, CompletionService, _Job
+from structspec.model.base import Rows
 from structspec.model.standin import StandInModel
 
 URI = "u"
 TEXT = "items = [1, 2]\ntotal = "
 LINE, COL = 1, len("total = ")
 SETTINGS = dict(max_tokens=64, max_generation_ms=60_000)
+
+
+class GatedStandIn(SlowStandIn):
+    """Holds its pass number ``hold_at`` until ``release`` is set (a generation kept running)."""
+
+    def __init__(self, hold_at: int, **kw):
+        super().__init__(**kw)
+        self.hold_at = hold_at
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def verify(self, tokens: Sequence[int]) -> Rows:
+        if self.verify_calls + 1 == self.hold_at:
+            self.holding.set()
+            assert self.release.wait(10), "the pass was never released"
+        return super().verify(tokens)
 
 
 async def fresh_answer(text: str, line: int, col: int) -> str | None:
@@ -53,13 +73,21 @@ def type_at_cursor(svc: CompletionService, typed: str) -> None:
 
 def test_a_keystroke_that_agrees_is_typed_through_the_generation_in_flight() -> None:
     async def scenario():
-        model = SlowStandIn(delay=0.02, seed=8, eos_bias=-30.0)
+        # Held at its third pass, when it has written two characters: still running.
+        model = GatedStandIn(hold_at=3, delay=0.0, seed=8, eos_bias=-30.0)
         svc, _ = make_service(model, **SETTINGS)
         first, job = await in_flight(svc, 2)
+        await wait_for(model.holding.is_set)
         typed = job.partial[:2]
         type_at_cursor(svc, typed)
         first.cancel()  # the editor cancels the request on the edit, then asks again
-        second = await svc.complete(CompletionRequest(URI, LINE, COL + 2))
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert job.waiters == 0
+        asking = asyncio.ensure_future(svc.complete(CompletionRequest(URI, LINE, COL + 2)))
+        await wait_for(lambda: job.waiters > 0)  # the new request waits for the generation
+        model.release.set()
+        second = await asking
         generations = len(model.prefills)
         svc.close()
         return typed, second, svc.stats, generations, job
