@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 
 import pytest
+from tests.completion.test_prewarm import wait_for
 
 from structspec.completion.cache import PendingSuggestion
 from structspec.completion.documents import (
@@ -232,10 +233,13 @@ def test_cancelled_task_stops_the_generation():
         svc.open_document("u", "python", 1, "x = ")
         task = asyncio.ensure_future(svc.complete(CompletionRequest("u", 0, 4)))
         await asyncio.sleep(0.2)
+        job = svc._sessions["u"].job
+        assert job is not None  # still generating
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await asyncio.sleep(ADOPT_GRACE_S + 0.05)
+        await asyncio.sleep(ADOPT_GRACE_S)
+        await wait_for(job.cancelled)  # no request came to adopt it
         calls = model.verify_calls
         await asyncio.sleep(0.2)
         svc.close()
