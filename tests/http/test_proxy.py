@@ -111,6 +111,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: llama-cpp-python's server, its weights kept off AMX's buffers, which crash (model/llama.py).
+_UPSTREAM = (
+    "import runpy; from structspec.model.llama import plain_buffers_for_llama\n"
+    "with plain_buffers_for_llama(): runpy.run_module('llama_cpp.server', run_name='__main__')"
+)
+
+
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[str]:
     pytest.importorskip("llama_cpp.server", reason="needs llama-cpp-python[server]")
@@ -122,8 +129,8 @@ def llama_server() -> Iterator[str]:
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "llama_cpp.server",
+            "-c",
+            _UPSTREAM,
             "--model",
             str(path),
             "--host",

@@ -237,3 +237,45 @@ def test_a_decode_is_interrupted_from_another_thread_part_way(model):
             timer.cancel()
     assert interrupted
     assert len(model.cached_tokens) == 0  # the interrupted chunk left nothing behind
+
+
+def test_amx_is_read_from_the_backends_system_info(monkeypatch):
+    import llama_cpp
+
+    from structspec.model import llama
+
+    with_amx = b"CPU : AVX2 = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 | "
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: with_amx)
+    assert llama.amx_backend()
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: b"CPU : AVX2 = 1 | ")
+    assert not llama.amx_backend()
+
+
+@pytest.mark.model
+def test_an_amx_backend_loads_plain_cpu_buffers_that_decode(monkeypatch):
+    """The crash guard's configuration works on any machine: weights as plain CPU tensors."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as low
+
+    from structspec.model import llama
+
+    monkeypatch.setattr(llama, "amx_backend", lambda: True)
+    seen: list[bool] = []
+    default = llama_cpp.llama_model_load_from_file
+
+    def load(path, params):
+        seen.append(params.use_extra_bufts)
+        return default(path, params)
+
+    monkeypatch.setattr(llama_cpp, "llama_model_load_from_file", load)
+    m = LlamaModel.load(default_model_path(), n_ctx=256, threads=2, n_batch=64)
+    try:
+        m.prefill(m.tokenize("def add(a, b):\n    return a +"))
+        rows = m.verify(m.tokenize(" b", add_bos=False))
+        assert m.detokenize(rows.argmax[-1:]).startswith("\n")  # the line ends
+    finally:
+        m.close()
+    assert seen == [False]
+    with llama.plain_buffers_for_llama():
+        assert low.llama_model_default_params().use_extra_bufts is False
+    assert low.llama_model_default_params().use_extra_bufts is True

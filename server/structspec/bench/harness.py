@@ -36,6 +36,7 @@ from structspec.engine.decode import Engine, GenerationOptions
 from structspec.engine.sampling import Sampling
 from structspec.engine.stats import PassTrace
 from structspec.model.base import Model
+from structspec.model.llama import plain_buffers_for_llama
 
 MODES = ("greedy", "structspec", "pld")
 #: ``structspec:lookup+rules`` is structspec with only those draft sources: an
@@ -173,19 +174,20 @@ class PromptLookupBaseline:
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         self.sampling = sampling
-        self.llm = Llama(
-            model_path=model_path,
-            n_ctx=n_ctx,
-            n_threads=threads,
-            n_threads_batch=threads,
-            draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
-            # With a draft model Llama keeps logits for every position, but sizes
-            # its scores buffer by this argument: left False, the buffer holds
-            # n_batch rows and a prompt longer than 512 tokens overruns it.
-            # (Rows are allocated as touched: a long context costs only what is used.)
-            logits_all=True,
-            verbose=False,
-        )
+        with plain_buffers_for_llama():  # not AMX's buffers: they crash (model/llama.py)
+            self.llm = Llama(
+                model_path=model_path,
+                n_ctx=n_ctx,
+                n_threads=threads,
+                n_threads_batch=threads,
+                draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
+                # With a draft model Llama keeps logits for every position, but sizes
+                # its scores buffer by this argument: left False, the buffer holds
+                # n_batch rows and a prompt longer than 512 tokens overruns it.
+                # (Rows are allocated as touched: a long context costs only what is used.)
+                logits_all=True,
+                verbose=False,
+            )
 
     def run(
         self,

@@ -36,6 +36,7 @@ import httpx
 from structspec.bench.harness import GREEDY, LLAMA_SERVER_MODE, Run, llama_seed
 from structspec.bench.suites import Prompt
 from structspec.engine.sampling import Sampling
+from structspec.model.llama import amx_backend
 
 #: The model-free speculation types of llama.cpp's server (``--spec-type``).
 SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
@@ -105,6 +106,8 @@ class LlamaServerBaseline:
             "1",
             "--no-webui",
         ]
+        if amx_backend():  # built natively here too: AMX's buffers crash (model/llama.py)
+            args.append("--no-repack")
         if kind is not None:
             args += ["--spec-type", kind]
         log = (log_dir / f"{mode.replace(':', '-')}.log") if log_dir else None

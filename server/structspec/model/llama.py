@@ -16,6 +16,15 @@ continues in the slot whose cached tokens share the longest prefix with the new
 prompt (else the least recently used), so alternating between two documents
 re-evaluates neither.
 
+AMX: on CPUs with Intel AMX (Sapphire Rapids and later) a native build of
+llama.cpp repacks quantized weights into its AMX buffer, whose matrix multiply
+crashes the process with a segmentation fault on the first decode (seen with
+this model here; llama.cpp issue 20824, open). When the backend reports
+``AMX_INT8 = 1`` the weights are loaded without llama.cpp's extra buffer types
+(``use_extra_bufts``), as plain CPU tensors (``amx_backend``), here and in
+the benchmark's baselines (``plain_buffers_for_llama``, llama-server's
+``--no-repack``).
+
 Interruption: inside ``interrupted_by(stop)`` llama.cpp's abort callback reads
 ``stop``'s flag after every node of the graph, so a decode stops within a
 millisecond of ``stop.set()`` from another thread; llama.cpp then removes the
@@ -94,6 +103,41 @@ def _flag_reader() -> object | None:
             address = None
         _flag_reader_fn = llama_cpp.ggml_abort_callback(address) if address else False
     return _flag_reader_fn or None
+
+
+def amx_backend() -> bool:
+    """Whether this llama.cpp build multiplies with Intel AMX (see the module docstring)."""
+    import llama_cpp
+
+    try:
+        info = llama_cpp.llama_print_system_info()
+    except (AttributeError, OSError):
+        return False
+    text = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
+    return "AMX_INT8 = 1" in text
+
+
+@contextlib.contextmanager
+def plain_buffers_for_llama() -> Iterator[None]:
+    """Inside it, llama-cpp-python's high-level ``Llama`` loads weights as plain CPU tensors
+    where ``amx_backend()`` (it offers no argument for ``use_extra_bufts``)."""
+    import llama_cpp.llama_cpp as low
+
+    if not amx_backend():
+        yield
+        return
+    default = low.llama_model_default_params
+
+    def without_extra_buffers() -> Any:
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    low.llama_model_default_params = without_extra_buffers
+    try:
+        yield
+    finally:
+        low.llama_model_default_params = default
 
 
 def _init_backend() -> None:
@@ -289,6 +333,8 @@ class LlamaModel:
         _init_backend()
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 0
+        if amx_backend():
+            mparams.use_extra_bufts = False  # AMX's matrix multiply crashes (module docstring)
         model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
         if not model:
             raise ModelError(
