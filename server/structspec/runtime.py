@@ -184,8 +184,12 @@ def measure_alone(
     return cost, max(0.0, meter.cores - idle - cpu / wall)
 
 
-def measure_verify_cost(model: Model) -> CostModel:
-    """Time verification passes of 1..16 rows on ``model`` after a 400-token context."""
+def measure_verify_cost(model: Model, *, logits: bool = True) -> CostModel:
+    """Time verification passes of 1..16 rows on ``model`` after a 400-token context.
+
+    ``logits=False`` times the same rows decoded without the output head (as a
+    prompt chunk is): the difference is what the head costs per pass.
+    """
     text = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
     context = model.tokenize(text * 12)[:400]
     probe = model.tokenize(text * 2, add_bos=False)[:16]
@@ -193,7 +197,10 @@ def measure_verify_cost(model: Model) -> CostModel:
     base = len(model.cached_tokens)
 
     def run_rows(n: int) -> None:
-        model.verify(probe[:n])
+        if logits:
+            model.verify(probe[:n])
+        else:
+            model.prefill([*context[:base], *probe[:n]])
         model.truncate(base)
 
     return measure_cost(run_rows)

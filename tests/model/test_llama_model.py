@@ -279,3 +279,24 @@ def test_an_amx_backend_loads_plain_cpu_buffers_that_decode(monkeypatch):
     with llama.plain_buffers_for_llama():
         assert low.llama_model_default_params().use_extra_bufts is False
     assert low.llama_model_default_params().use_extra_bufts is True
+
+
+def test_the_cost_without_logits_decodes_the_same_rows_without_the_head(model, monkeypatch):
+    """``measure_verify_cost(logits=False)``: the rows as a prompt chunk, never a verify
+    pass, and the cache left as the measurement found it."""
+    from structspec.runtime import measure_verify_cost
+
+    verified: list[int] = []
+    real_verify = model.verify
+
+    def counted_verify(tokens):
+        verified.append(len(tokens))
+        return real_verify(tokens)
+
+    monkeypatch.setattr(model, "verify", counted_verify)
+    bare = measure_verify_cost(model, logits=False)
+    assert verified == [] and len(bare.ms) == 16 and min(bare.ms) > 0
+    base = len(model.cached_tokens)
+    cost = measure_verify_cost(model)
+    assert sorted(set(verified)) == list(range(1, 17)) and len(cost.ms) == 16
+    assert len(model.cached_tokens) == base

@@ -4,7 +4,8 @@
 
 1. the verification cost ``t(n)`` of one pass of ``n = 1..16`` rows on the
    model (what ``runtime.measure_verify_cost`` measures for the cost table),
-   in milliseconds and as a ratio to ``t(1)``;
+   in milliseconds and as a ratio to ``t(1)``, and the same rows decoded
+   without logits: the difference is the output head's share of each pass;
 2. batch-shape noise: a greedy output decoded one row per pass, then every
    position evaluated again in one batch (``Model.teacher_forced``): how many
    tokens are no longer their row's argmax, and by how many logits at worst.
@@ -45,11 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model {model.name}, {args.threads} threads, {machine}")
     if not args.no_cost:
         cost = measure_verify_cost(model)
-        print("\nverification cost per pass (median of 5, sizes interleaved)")
-        print("| rows | ms | x t(1) |")
-        print("| --- | --- | --- |")
-        for n, ms in enumerate(cost.ms, 1):
-            print(f"| {n} | {ms:.1f} | {ms / cost.ms[0]:.2f} |")
+        body = measure_verify_cost(model, logits=False)
+        print("\nverification cost per pass (median of 5, sizes interleaved);")
+        print("without logits: the same rows decoded without the output head")
+        print("| rows | ms | x t(1) | without logits, ms | output head, ms per row |")
+        print("| --- | --- | --- | --- | --- |")
+        for n, (ms, bare) in enumerate(zip(cost.ms, body.ms, strict=True), 1):
+            head = (ms - bare) / n
+            print(f"| {n} | {ms:.1f} | {ms / cost.ms[0]:.2f} | {bare:.1f} | {head:.1f} |")
     if args.no_noise:
         return 0
     print("\nbatch-shape noise: greedy one row per pass vs the same positions in one batch")
