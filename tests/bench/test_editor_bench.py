@@ -360,3 +360,41 @@ def test_limit_takes_the_first_points_of_every_file_in_turn(tmp_path: Path):
     assert first_points(points, 3) == [points[0], points[3], points[1]]  # a, b, a
     assert result["exactness"] is None
     assert not any(line.startswith("teacher-forced:") for line in lines)
+
+
+def test_a_variant_types_the_same_points_with_its_settings(tmp_path: Path):
+    """``variant``: one more sequential and one more paced server, run with those settings
+    (here completing no language, so the defaults show suggestions and it shows none)."""
+    src = tmp_path / "m.py"
+    src.write_text(SOURCE)
+    lines: list[str] = []
+    variant = {"languages": ["nothing"]}
+    result = run_editor_benchmark(
+        [str(src)],
+        "standin",
+        1,
+        out=lines.append,
+        max_chars=3,
+        limit=1,
+        exactness=False,
+        contention=1,
+        variant=variant,
+    )
+    name = editor.variant_name("structspec", variant)
+    assert name == 'structspec, languages=["nothing"]'
+    configs = result["configs"]
+    loaded = f"{name} + 1 busy loop"
+    assert set(configs) == {"structspec", "greedy", name, "structspec + 1 busy loop", loaded}
+    assert configs[loaded]["suggestions"] == 0
+    assert any(line.startswith(f"contention ({name}):") for line in lines)
+    assert configs[name]["keystrokes"] == configs["structspec"]["keystrokes"] == 3
+    assert configs["structspec"]["suggestions"] > 0 and configs[name]["suggestions"] == 0
+    paced = result["paced"]
+    paced_variant = editor.variant_name("structspec, paced", variant)
+    assert set(paced) == {
+        "structspec, paced",
+        paced_variant,
+        "structspec, paced + 1 busy loop",
+        f"{paced_variant} + 1 busy loop",
+    }
+    assert any(f"variant {name}" in line for line in lines)

@@ -112,6 +112,23 @@ def test_benchmark_checks_output_paths_before_running(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.md"]  # the check left nothing
 
 
+@pytest.mark.parametrize(
+    ("variant", "needle"),
+    [
+        ("debounceMs", "write SETTING=VALUE"),
+        ("debounceMss=0", "unknown setting 'debounceMss'"),
+        ("debounceMs=-1", "debounceMs must be between"),
+    ],
+)
+def test_editor_variant_is_checked_before_any_server_starts(
+    tmp_path: Path, variant: str, needle: str
+) -> None:
+    args = ["benchmark", "--model", "standin", "--suite", "editor", "--variant", variant]
+    p = structspec(*args, env=_env(tmp_path), timeout=60)
+    assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
+    assert "editor replay:" not in p.stdout
+
+
 # -- mine: regular files only --------------------------------------------------------
 
 

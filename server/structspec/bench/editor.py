@@ -46,9 +46,11 @@ The configurations run as servers side by side, typing in turn at each cursor
 point (each left alone for ``SETTLE_S`` after its turn, so that its
 background work does not slow the next server's), so a busy phase of a shared
 machine hits all of them alike:
-``structspec`` (the defaults) and ``greedy`` (``speculative: false``).
-``contention`` replays ``structspec`` (and the paced user) once more, on fresh
-servers, while busy-loop processes compete for the CPU.
+``structspec`` (the defaults) and ``greedy`` (``speculative: false``), and
+with ``variant`` (``--variant debounceMs=0``) the defaults with those settings
+changed, sequential and paced: an A/B of a setting on the same points, in turn.
+``contention`` replays ``structspec`` and the variant (and their paced users)
+once more, on fresh servers, while busy-loop processes compete for the CPU.
 
 The ``structspec`` server runs with ``STRUCTSPEC_TRACE`` set
 (``completion/trace.py``); afterwards every traced token is checked against
@@ -110,6 +112,12 @@ CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("structspec", {}),
     ("greedy", {"speculative": False}),
 )
+
+
+def variant_name(base: str, variant: dict[str, Any]) -> str:
+    """``structspec, debounceMs=0``: a configuration named by the settings it changes."""
+    return ", ".join([base, *(f"{k}={json.dumps(v)}" for k, v in variant.items())])
+
 
 #: Default files per language (fewer where the machine has fewer).
 DEFAULT_LANGUAGES: dict[str, int] = {"python": 2, "javascript": 2, "go": 2, "sql": 1, "html": 1}
@@ -906,6 +914,7 @@ def run_editor_benchmark(
     timeout_s: float = 300.0,
     log_dir: Path | None = None,
     record: Path | None = None,
+    variant: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Replay typing through ``files`` in every configuration; print a report; return the numbers.
 
@@ -919,7 +928,9 @@ def run_editor_benchmark(
     server writes its log there (``<configuration>.log``). ``record``: keep the
     ``structspec`` server's trace at ``<record>.trace.jsonl`` and write it as a
     recording for ``structspec benchmark --replay`` to ``record``
-    (``bench/replay.py``: ``recording_from_trace``).
+    (``bench/replay.py``: ``recording_from_trace``). ``variant``: settings (LSP
+    spelling, as ``initializationOptions``) of one more configuration typed in
+    turn with the others, and of one more paced one.
     """
     files = list(files) or default_files()
     if not files:
@@ -936,10 +947,17 @@ def run_editor_benchmark(
     out(
         f"editor replay: {len(files)} file(s) "
         f"({', '.join(f'{k} {v}' for k, v in languages.items())}), {len(points)} cursor points, "
-        f"{total} keystrokes per configuration; default settings; {threads} thread(s)"
+        f"{total} keystrokes per configuration; default settings"
+        f"{'; variant ' + variant_name('structspec', variant) if variant else ''}; "
+        f"{threads} thread(s)"
     )
     for name in files:
         out(f"  {name}")
+    variants = [(variant_name("structspec", variant), variant)] if variant else []
+    configs = [*CONFIGS, *variants]
+    # The ones replayed again under contention: the defaults and the variant.
+    loaded_configs = [("structspec", {}), *variants]
+    paced_configs = [(PACED, {}), *((variant_name(PACED, v), v) for v in [variant] if v)]
     with tempfile.TemporaryDirectory(prefix="structspec-editor-") as tmp:
         trace = Path(tmp) / "trace.jsonl" if exactness else None
         if record is not None:
@@ -949,24 +967,35 @@ def run_editor_benchmark(
             _Replay(
                 name, options, model, threads, timeout_s, trace if not options else None, log_dir
             )
-            for name, options in CONFIGS
+            for name, options in configs
         ]
         if paced:
-            replays.append(
-                _Replay(PACED, {}, model, threads, timeout_s, log_dir=log_dir, paced=True)
-            )
+            for name, options in paced_configs:
+                replays.append(
+                    _Replay(name, options, model, threads, timeout_s, log_dir=log_dir, paced=True)
+                )
         t0 = time.perf_counter()
         asyncio.run(_replay(replays, points, out))
         out(f"  replay done in {time.perf_counter() - t0:.1f} s")
         results = {r.name: r.result for r in replays}
         loops = f"{contention} busy loop{'s' if contention != 1 else ''}"
-        loaded_name = f"structspec + {loops}"
         if contention > 0:
-            loaded = [_Replay(loaded_name, {}, model, threads, timeout_s, log_dir=log_dir)]
+            loaded = [
+                _Replay(f"{name} + {loops}", options, model, threads, timeout_s, log_dir=log_dir)
+                for name, options in loaded_configs
+            ]
             if paced:
-                paced_name = f"{PACED} + {loops}"
-                loaded.append(
-                    _Replay(paced_name, {}, model, threads, timeout_s, log_dir=log_dir, paced=True)
+                loaded.extend(
+                    _Replay(
+                        f"{name} + {loops}",
+                        options,
+                        model,
+                        threads,
+                        timeout_s,
+                        log_dir=log_dir,
+                        paced=True,
+                    )
+                    for name, options in paced_configs
                 )
             t0 = time.perf_counter()
             with busy_loops(contention):
@@ -1033,13 +1062,16 @@ def run_editor_benchmark(
         out(_row(f"{name}: next line", s["next_line"], width))
     out("(target: after accept p50 <= 30 ms)")
     contention_ratio = 0.0
-    if contention > 0:
-        quiet_p95 = s_["keys"]["all"]["p95_ms"]
-        loaded_p95 = summaries[loaded_name]["keys"]["all"]["p95_ms"]
-        contention_ratio = loaded_p95 / quiet_p95 if quiet_p95 else 0.0
+    for name, _ in loaded_configs if contention > 0 else []:
+        quiet_p95 = summaries[name]["keys"]["all"]["p95_ms"]
+        loaded_p95 = summaries[f"{name} + {loops}"]["keys"]["all"]["p95_ms"]
+        ratio_loaded = loaded_p95 / quiet_p95 if quiet_p95 else 0.0
+        label = f" ({name})"
+        if name == "structspec":  # the defaults' ratio is the one reported
+            contention_ratio, label = ratio_loaded, ""
         out(
-            f"contention: keystroke p95 {quiet_p95:.1f} ms quiet vs {loaded_p95:.1f} ms with "
-            f"{loops} = {contention_ratio:.2f}x (target <= 2x with 2)"
+            f"contention{label}: keystroke p95 {quiet_p95:.1f} ms quiet vs {loaded_p95:.1f} ms "
+            f"with {loops} = {ratio_loaded:.2f}x (target <= 2x with 2)"
         )
     if paced_results:
         _paced_report(paced_results, out)

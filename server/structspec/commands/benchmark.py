@@ -138,6 +138,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="editor suite: replay structspec again with N busy-loop processes running",
     )
     p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="editor suite: also type with this setting changed (LSP spelling, e.g. "
+        "debounceMs=0; repeat for several), sequential and paced, in turn with the defaults",
+    )
+    p.add_argument(
         "--server-logs",
         metavar="DIR",
         help="editor suite: each language server writes its log to DIR/<configuration>.log "
@@ -778,6 +786,7 @@ def _run_editor(args: argparse.Namespace) -> int:
     if args.contention < 0 or (args.limit is not None and args.limit < 1):
         raise UserError("--contention must be 0 or more and --limit positive")
     settings = settings_from_args(args).settings
+    variant = _editor_variant(args.variant)
     logs = Path(args.server_logs) if args.server_logs else None
     if logs is not None:
         try:
@@ -798,8 +807,28 @@ def _run_editor(args: argparse.Namespace) -> int:
             exactness=not args.no_exactness,
             log_dir=logs,
             record=Path(args.record) if args.record else None,
+            variant=variant,
         ),
     )
+
+
+def _editor_variant(items: list[str]) -> dict[str, Any]:
+    """``--variant debounceMs=0`` as the server's ``initializationOptions``, checked here."""
+    from structspec.config import Settings, apply
+
+    variant: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--variant {item!r}: write SETTING=VALUE, e.g. debounceMs=0")
+        try:  # 0, false, "text": as a client sends them; anything else a string
+            variant[key.strip()] = json.loads(value)
+        except ValueError:
+            variant[key.strip()] = value.strip()
+    _, _, errors = apply(Settings(), variant, camel_case=True)
+    if errors:
+        raise UserError(f"--variant: {'; '.join(errors)}")
+    return variant
 
 
 def _run_record(args: argparse.Namespace, settings: Any, prompts: list) -> int:
