@@ -957,46 +957,35 @@ def run_editor_benchmark(
     configs = [*CONFIGS, *variants]
     # The ones replayed again under contention: the defaults and the variant.
     loaded_configs = [("structspec", {}), *variants]
-    paced_configs = [(PACED, {}), *((variant_name(PACED, v), v) for v in [variant] if v)]
+    paced_configs = [(PACED, {}), *((variant_name(PACED, v), v) for _, v in variants)]
+
+    def server(
+        name: str, options: dict[str, Any], *, paced: bool = False, trace: Path | None = None
+    ) -> _Replay:
+        return _Replay(name, options, model, threads, timeout_s, trace, log_dir, paced=paced)
+
     with tempfile.TemporaryDirectory(prefix="structspec-editor-") as tmp:
         trace = Path(tmp) / "trace.jsonl" if exactness else None
         if record is not None:
             trace = record.with_name(record.name + ".trace.jsonl")
             trace.unlink(missing_ok=True)  # the server appends
         replays = [
-            _Replay(
-                name, options, model, threads, timeout_s, trace if not options else None, log_dir
-            )
-            for name, options in configs
+            server(name, options, trace=trace if not options else None) for name, options in configs
         ]
         if paced:
-            for name, options in paced_configs:
-                replays.append(
-                    _Replay(name, options, model, threads, timeout_s, log_dir=log_dir, paced=True)
-                )
+            replays += [server(name, options, paced=True) for name, options in paced_configs]
         t0 = time.perf_counter()
         asyncio.run(_replay(replays, points, out))
         out(f"  replay done in {time.perf_counter() - t0:.1f} s")
         results = {r.name: r.result for r in replays}
         loops = f"{contention} busy loop{'s' if contention != 1 else ''}"
         if contention > 0:
-            loaded = [
-                _Replay(f"{name} + {loops}", options, model, threads, timeout_s, log_dir=log_dir)
-                for name, options in loaded_configs
-            ]
+            loaded = [server(f"{name} + {loops}", options) for name, options in loaded_configs]
             if paced:
-                loaded.extend(
-                    _Replay(
-                        f"{name} + {loops}",
-                        options,
-                        model,
-                        threads,
-                        timeout_s,
-                        log_dir=log_dir,
-                        paced=True,
-                    )
+                loaded += [
+                    server(f"{name} + {loops}", options, paced=True)
                     for name, options in paced_configs
-                )
+                ]
             t0 = time.perf_counter()
             with busy_loops(contention):
                 asyncio.run(_replay(loaded, points, out))
