@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 
@@ -10,6 +11,7 @@ import numpy as np
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
 from structspec.completion.generate import (
     CompletionInput,
+    build_prompt,
     continue_generation,
     run_completion,
     word_end,
@@ -246,3 +248,58 @@ def test_a_block_keeps_its_lines_before_a_loop() -> None:
 
     whole = outcome.continuation.extended(ext)
     assert clean(whole.text, cursor, BLOCK) == "x = 1"  # the looping line is not offered
+
+
+class ThreadedStandIn(StandInModel):
+    """A stand-in on two threads whose governor has set ``decode_threads`` (a ``ThreadedModel``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads = 2
+        self.decode_threads = 2
+
+    def threads_pinned(self, threads: int):
+        return contextlib.nullcontext()
+
+
+#: 40 lines of 10 tokens (the stand-in's tokens are characters), cursor at the end.
+LONG = "".join(f"v{i % 10} = a + b\n" for i in range(40))
+
+
+def _prompt(model, text: str, cut_hint=None, window_tokens: int = 200):
+    settings = Settings(model="standin", window_tokens=window_tokens)
+    cursor = CursorContext.at(text, len(text))
+    job = CompletionInput("file:///a.py", text, len(text), "python", cursor, settings)
+    return build_prompt(PromptBuilder(model), SnippetChooser(), job, cut_hint)
+
+
+def test_a_new_place_gets_half_the_window_while_the_cores_are_contended() -> None:
+    model = ThreadedStandIn()
+    quiet = _prompt(model, LONG)
+    assert 150 <= len(quiet.tokens) <= 201  # BOS + a window of at most 200
+    model.decode_threads = 1  # other processes took a core
+    contended = _prompt(model, LONG)
+    assert len(contended.tokens) <= 101
+    assert len(contended.tokens) >= 60  # 3/4 of the half budget at least, never empty
+    assert contended.cut > quiet.cut
+    assert LONG[contended.cut :].startswith("v")  # still cut at a line start
+
+
+def test_a_cached_window_is_kept_under_contention_and_a_narrowed_one_when_quiet_again() -> None:
+    model = ThreadedStandIn()
+    wide = _prompt(model, LONG)
+    model.prefill(wide.tokens[:-1])
+    model.decode_threads = 1
+    typed = LONG + "v"
+    # The wide window is cached: typing on under contention keeps it (nothing to evaluate again).
+    assert _prompt(model, typed, cut_hint=wide.cut).cut == wide.cut
+    # A new place (nothing cached) is narrowed; once quiet, typing on keeps that cut.
+    model.truncate(0)
+    narrow = _prompt(model, typed, cut_hint=wide.cut)
+    assert narrow.cut > wide.cut
+    model.prefill(narrow.tokens[:-1])
+    model.decode_threads = 2
+    assert _prompt(model, typed + "1", cut_hint=narrow.cut).cut == narrow.cut
+    # A model without a thread governor is never narrowed.
+    plain = StandInModel()
+    assert _prompt(plain, LONG).cut == wide.cut

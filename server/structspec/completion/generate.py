@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from structspec.completion.cache import Continuation, Extension
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
 from structspec.completion.prewarm import PREFILL_CHUNK, prefill_in_chunks, reusable_prefix
-from structspec.completion.prompt import Prompt, PromptBuilder, file_name
+from structspec.completion.prompt import Prompt, PromptBuilder, contended_window, file_name
 from structspec.completion.snippets import Neighbour, Snippet, SnippetChooser
 from structspec.completion.suggest import (
     BLOCK,
@@ -136,21 +136,41 @@ def build_prompt(
     job: CompletionInput,
     cut_hint: int | None,
 ) -> Prompt:
-    """The job's prompt, with project context when it is on."""
+    """The job's prompt, with project context when it is on.
+
+    While other processes hold the cores (``contended_window``), the prompt
+    with a window of half the budget is taken instead when it leaves fewer
+    tokens to evaluate: at a new place, not where the wide window is cached.
+    """
+    settings = job.settings
     context: list[Snippet] = []
-    if job.settings.project_context:
+    if settings.project_context:
         neighbours = [Neighbour(o.uri, file_name(o.uri), o.version, o.text) for o in job.others]
         context = snippets.choose(job.uri, job.text, job.offset, neighbours)
-    return prompts.build(
-        job.text,
-        job.offset,
-        uri=job.uri,
-        language=job.language,
-        cut_hint=cut_hint,
-        max_tokens=job.settings.max_tokens,
-        window_tokens=job.settings.window_tokens,
-        context=context,
-    )
+
+    def build(window_tokens: int) -> Prompt:
+        return prompts.build(
+            job.text,
+            job.offset,
+            uri=job.uri,
+            language=job.language,
+            cut_hint=cut_hint,
+            max_tokens=settings.max_tokens,
+            window_tokens=window_tokens,
+            context=context,
+        )
+
+    prompt = build(settings.window_tokens)
+    narrow = contended_window(prompts.model, settings.max_tokens, settings.window_tokens)
+    if narrow is None or not settings.prefix_reuse:
+        return prompt
+    narrowed = build(narrow)
+    return narrowed if _to_evaluate(prompts, narrowed) < _to_evaluate(prompts, prompt) else prompt
+
+
+def _to_evaluate(prompts: PromptBuilder, prompt: Prompt) -> int:
+    """Tokens of ``prompt`` that no KV slot holds yet."""
+    return len(prompt.tokens) - reusable_prefix(prompts.model, prompt.tokens[:-1])
 
 
 def run_completion(

@@ -37,6 +37,7 @@ from structspec.completion.documents import uri_path
 from structspec.completion.snippets import Snippet
 from structspec.engine.decode import PASS_ROWS_RESERVE
 from structspec.model.base import Model
+from structspec.model.extras import threaded
 from structspec.syntax.table import GrammarTableError, load_table
 
 #: Characters per token assumed before anything is tokenized (code is ~3-4).
@@ -46,6 +47,10 @@ _CHARS_PER_TOKEN_GUESS = 4
 _MAX_WINDOW_CHARS_PER_TOKEN = 12
 #: Stride of the stable window starts inside a line without breaks (see ``_is_anchor``).
 ANCHOR_CHARS = 1024
+#: A kept cut whose window has fallen below ``1 / WIDEN_BELOW`` of the budget
+#: (the cursor moved back up) is moved back to widen it; a window narrowed
+#: under contention (``contended_window``: 3/8 to 1/2 of the budget) is kept.
+WIDEN_BELOW = 4
 #: Suffix tokens kept in a FIM prompt (re-evaluated on every request).
 FIM_SUFFIX_TOKENS = 256
 #: Most tokens of project context before the window (and at most a third of the room).
@@ -168,6 +173,24 @@ def prompt_room(model: Model, max_tokens: int) -> int:
 def window_budget(room: int, window_tokens: int) -> int:
     """Tokens the window before the cursor may use: ``room``, capped by ``window_tokens`` (> 0)."""
     return min(room, window_tokens) if window_tokens > 0 else room
+
+
+def contended_window(model: Model, max_tokens: int, window_tokens: int) -> int | None:
+    """The window cap for a new place while other processes hold the cores, else ``None``.
+
+    A prompt's evaluation under CPU contention is several times slower than on
+    a quiet machine (``docs/MEASUREMENTS.md`` §4), so a place the KV cache does
+    not hold gets half the window it would get: the prefill the user waits for
+    halves. Such a window usually holds 3/8 to 1/2 of the full budget (a cut
+    that is too long moves to fill 3/4 of its budget), above ``WIDEN_BELOW``,
+    so once the machine is quiet again the cut is kept instead of being
+    widened at a keystroke. "Contended" is the thread governor's verdict: the
+    next decode runs on fewer threads than the model has.
+    """
+    threads = threaded(model)
+    if threads is None or threads.decode_threads >= threads.threads:
+        return None
+    return max(1, window_budget(prompt_room(model, max_tokens), window_tokens) // 2)
 
 
 class PromptBuilder:
@@ -300,7 +323,7 @@ class PromptBuilder:
             start = max(0, offset - budget * _CHARS_PER_TOKEN_GUESS)
             cut = _line_start_at_or_after(text, start, offset)
         tokens = self._tokenize(header, text, cut, offset)
-        if valid_hint and cut > 0 and len(tokens) < budget // 2:
+        if valid_hint and cut > 0 and len(tokens) < budget // WIDEN_BELOW:
             # The cursor moved back up (or text was deleted): widen the window again.
             start = max(0, offset - budget * _CHARS_PER_TOKEN_GUESS)
             wider = _line_start_at_or_after(text, start, offset)
