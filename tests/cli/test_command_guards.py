@@ -115,15 +115,18 @@ def test_benchmark_checks_output_paths_before_running(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("variant", "needle"),
     [
-        ("debounceMs", "write SETTING=VALUE"),
-        ("debounceMss=0", "unknown setting 'debounceMss'"),
-        ("debounceMs=-1", "debounceMs must be between"),
+        (["debounceMs"], "write SETTING=VALUE"),
+        (["debounceMss=0"], "unknown setting 'debounceMss'"),
+        (["debounceMs=-1"], "debounceMs must be between"),
+        (["windowTokens=1024", "windowTokens=768"], "names windowTokens twice"),
     ],
 )
 def test_editor_variant_is_checked_before_any_server_starts(
-    tmp_path: Path, variant: str, needle: str
+    tmp_path: Path, variant: list[str], needle: str
 ) -> None:
-    args = ["benchmark", "--model", "standin", "--suite", "editor", "--variant", variant]
+    args = ["benchmark", "--model", "standin", "--suite", "editor"]
+    for item in variant:
+        args += ["--variant", item]
     p = structspec(*args, env=_env(tmp_path), timeout=60)
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
     assert "editor replay:" not in p.stdout

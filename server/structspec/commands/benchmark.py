@@ -821,6 +821,8 @@ def _editor_variant(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UserError(f"--variant {item!r}: write SETTING=VALUE, e.g. debounceMs=0")
+        if key.strip() in variant:  # one variant: a second value would silently win
+            raise UserError(f"--variant names {key.strip()} twice (the flags make one variant)")
         try:  # 0, false, "text": as a client sends them; anything else a string
             variant[key.strip()] = json.loads(value)
         except ValueError:
