@@ -819,14 +819,15 @@ def _editor_variant(items: list[str]) -> dict[str, Any]:
     variant: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        name = key.strip()
+        if not sep or not name:
             raise UserError(f"--variant {item!r}: write SETTING=VALUE, e.g. debounceMs=0")
-        if key.strip() in variant:  # one variant: a second value would silently win
-            raise UserError(f"--variant names {key.strip()} twice (the flags make one variant)")
+        if name in variant:  # one variant: a second value would silently win
+            raise UserError(f"--variant names {name} twice (the flags make one variant)")
         try:  # 0, false, "text": as a client sends them; anything else a string
-            variant[key.strip()] = json.loads(value)
+            variant[name] = json.loads(value)
         except ValueError:
-            variant[key.strip()] = value.strip()
+            variant[name] = value.strip()
     _, _, errors = apply(Settings(), variant, camel_case=True)
     if errors:
         raise UserError(f"--variant: {'; '.join(errors)}")
