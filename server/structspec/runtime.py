@@ -233,6 +233,7 @@ def _cost_cache_path(model: GGUFModel, threads: int) -> Path:
             os.cpu_count(),
             cpu,
             llama_cpp.__version__,
+            model.head,
         ]
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]

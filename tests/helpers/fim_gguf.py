@@ -63,8 +63,16 @@ class TinyVocab:
     bos: int | None
 
 
-def write_tiny_fim_gguf(path: Path, family: str, *, seed: int = 0) -> TinyVocab:
-    """A loadable llama GGUF with ``family``'s FIM vocabulary at ``path``."""
+def write_tiny_fim_gguf(
+    path: Path, family: str, *, seed: int = 0, head: str = "f32", softcap: float = 0.0
+) -> TinyVocab:
+    """A loadable llama GGUF with ``family``'s FIM vocabulary at ``path``.
+
+    ``head``: how the output matrix is stored: ``"f32"``, ``"q8_0"``, or
+    ``"tied-q8_0"`` (no ``output.weight``: the token embedding in Q8_0 serves
+    as the head, as in Gemma). ``softcap``: a ``final_logit_softcapping``
+    value to record (the llama graph ignores it; structspec's head must not).
+    """
     specials = FAMILIES[family]
     w = gguf.GGUFWriter(str(path), "llama")
     n_embd, n_ff, n_head, n_layer, n_ctx = 32, 64, 2, 1, 2048
@@ -78,6 +86,8 @@ def write_tiny_fim_gguf(path: Path, family: str, *, seed: int = 0) -> TinyVocab:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(n_embd // n_head)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    if softcap:
+        w.add_float32("llama.final_logit_softcapping", softcap)
     ids: dict[str, int] = {}
     if family == "codellama":
         tokens = ["<unk>", "<s>", "</s>"]
@@ -131,9 +141,22 @@ def write_tiny_fim_gguf(path: Path, family: str, *, seed: int = 0) -> TinyVocab:
     def weight(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape) * 0.02).astype(np.float32)
 
-    w.add_tensor("token_embd.weight", weight(n_vocab, n_embd))
+    def q8_0(name: str, array: np.ndarray) -> None:
+        q8 = gguf.GGMLQuantizationType.Q8_0
+        w.add_tensor(name, gguf.quants.quantize(array, q8), raw_dtype=q8)
+
+    # The output matrix is scaled up so the logits spread over several units:
+    # a kernel that reads the wrong row or scale cannot hide in the rounding.
+    embedding = weight(n_vocab, n_embd)
+    if head == "tied-q8_0":
+        q8_0("token_embd.weight", embedding * 50)
+    else:
+        w.add_tensor("token_embd.weight", embedding)
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    w.add_tensor("output.weight", weight(n_vocab, n_embd))
+    if head == "q8_0":
+        q8_0("output.weight", weight(n_vocab, n_embd) * 50)
+    elif head == "f32":
+        w.add_tensor("output.weight", weight(n_vocab, n_embd))
     for i in range(n_layer):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):

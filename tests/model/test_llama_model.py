@@ -12,6 +12,7 @@ from structspec.drafts.lookup import LookupSource
 from structspec.engine import CostModel, DraftPlanner, Engine, GenerationOptions
 from structspec.model.base import Interrupt, Interrupted, ModelError
 from structspec.model.extras import interrupted_by, kv_slots
+from structspec.model.head import kernel_available
 from structspec.model.llama import LlamaModel, check_gguf_file, default_model_path
 from structspec.model.standin import StandInModel
 
@@ -300,3 +301,22 @@ def test_the_cost_without_logits_decodes_the_same_rows_without_the_head(model, m
     cost = measure_verify_cost(model)
     assert sorted(set(verified)) == list(range(1, 17)) and len(cost.ms) == 16
     assert len(model.cached_tokens) == base
+
+
+@pytest.mark.model
+@pytest.mark.skipif(not kernel_available(), reason="no head kernel on this CPU")
+def test_the_default_model_verifies_with_structspecs_head(model):
+    """Its tied Q8_0 head is computed by the kernel, with llama.cpp's logits."""
+    assert model.head == "structspec"
+    prompt = model.tokenize("def fibonacci(n):\n    a, b = 0, 1\n")
+    rows = model.tokenize("    for _ in range(n):\n", add_bos=False)[:8]
+    model.prefill(prompt)
+    ours = model.verify(rows)
+    got = np.array(ours.logits[:])
+    model.truncate(len(prompt))
+    with model.llama_cpp_head():
+        theirs = model.verify(rows)
+        want = np.array(theirs.logits[:])
+    model.truncate(0)
+    np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max())
+    assert list(ours.argmax) == list(theirs.argmax)

@@ -6,6 +6,8 @@
    model (what ``runtime.measure_verify_cost`` measures for the cost table),
    in milliseconds and as a ratio to ``t(1)``, and the same rows decoded
    without logits: the difference is the output head's share of each pass;
+   where structspec computes the head (``model/head.py``), the same passes
+   with llama.cpp's head beside;
 2. batch-shape noise: a greedy output decoded one row per pass, then every
    position evaluated again in one batch (``Model.teacher_forced``): how many
    tokens are no longer their row's argmax, and by how many logits at worst.
@@ -24,6 +26,9 @@ import os
 import platform
 
 from structspec.engine.decode import Engine, GenerationOptions
+from structspec.model.base import Model
+from structspec.model.extras import gguf_extras
+from structspec.model.llama import LlamaModel
 from structspec.runtime import measure_verify_cost, open_model
 
 PROMPTS = (
@@ -31,6 +36,41 @@ PROMPTS = (
     "import json\n\n\ndef load_config(path):\n",
     "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n",
 )
+
+
+def print_cost_table(model: Model) -> None:
+    """``t(n)`` with the model's head, without logits, and with llama.cpp's head beside."""
+    cost = measure_verify_cost(model)
+    body = measure_verify_cost(model, logits=False)
+    extras = gguf_extras(model)
+    head = extras.head if extras is not None else "llama.cpp"
+    baseline = None
+    if isinstance(model, LlamaModel) and head != "llama.cpp":
+        with model.llama_cpp_head():
+            baseline = measure_verify_cost(model)
+    print(f"\nverification cost per pass (median of 5, sizes interleaved), {head}'s head;")
+    print("without logits: the same rows decoded without the output head")
+    columns = ["rows", "ms", "x t(1)", "without logits, ms", "output head, ms per row"]
+    if baseline is not None:
+        columns += ["llama.cpp's head: ms", "x t(1)", "output head, ms per row"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + " --- |" * len(columns))
+    for n, (ms, bare) in enumerate(zip(cost.ms, body.ms, strict=True), 1):
+        cells = [
+            f"{n}",
+            f"{ms:.1f}",
+            f"{ms / cost.ms[0]:.2f}",
+            f"{bare:.1f}",
+            f"{(ms - bare) / n:.1f}",
+        ]
+        if baseline is not None:
+            theirs = baseline.ms[n - 1]
+            cells += [
+                f"{theirs:.1f}",
+                f"{theirs / baseline.ms[0]:.2f}",
+                f"{(theirs - bare) / n:.1f}",
+            ]
+        print("| " + " | ".join(cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,15 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = f"{os.cpu_count()} CPUs, {platform.machine()}"
     print(f"model {model.name}, {args.threads} threads, {machine}")
     if not args.no_cost:
-        cost = measure_verify_cost(model)
-        body = measure_verify_cost(model, logits=False)
-        print("\nverification cost per pass (median of 5, sizes interleaved);")
-        print("without logits: the same rows decoded without the output head")
-        print("| rows | ms | x t(1) | without logits, ms | output head, ms per row |")
-        print("| --- | --- | --- | --- | --- |")
-        for n, (ms, bare) in enumerate(zip(cost.ms, body.ms, strict=True), 1):
-            head = (ms - bare) / n
-            print(f"| {n} | {ms:.1f} | {ms / cost.ms[0]:.2f} | {bare:.1f} | {head:.1f} |")
+        print_cost_table(model)
     if args.no_noise:
         return 0
     print("\nbatch-shape noise: greedy one row per pass vs the same positions in one batch")

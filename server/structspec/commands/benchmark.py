@@ -383,9 +383,10 @@ def _run_suite(
     if check_exactness:
         summary["exactness"] = {m: vars(e) for m, e in exact.items()}
     command = _command_line()
-    report = _report(
-        command, args, settings.threads, model.name, prompts, runs, summary, modes, sampling
-    )
+    extras = gguf_extras(model)
+    # which code computes the output head: the greedy and structspec modes share it
+    name = f"{model.name} (output head: {extras.head})" if extras is not None else model.name
+    report = _report(command, args, settings.threads, name, prompts, runs, summary, modes, sampling)
     print(report)
     if args.markdown_out:
         Path(args.markdown_out).write_text(report + "\n", encoding="utf-8")

@@ -41,6 +41,9 @@ class GGUFModel(Model, Protocol):
 
     path: Path
     threads: int
+    #: The code computing a verification pass's output head (``"structspec"``,
+    #: ``"llama.cpp"``): a cost table measured with one does not hold for the other.
+    head: str
 
     def metadata(self, key: str) -> str | None:
         """A GGUF metadata value as a string, ``None`` when absent."""

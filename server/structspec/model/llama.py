@@ -25,6 +25,12 @@ this model here; llama.cpp issue 20824, open). When the backend reports
 the benchmark's baselines (``plain_buffers_for_llama``, llama-server's
 ``--no-repack``).
 
+Output head: a verification pass's logits are computed by structspec's own
+kernel (``model/head.py``) where it applies: llama.cpp hands over the final
+hidden states through its eval callback and skips its own head, whose Q8_0
+matrix multiply costs as much per drafted row as a whole one-token pass.
+``head`` names the code in use: ``"structspec"`` or ``"llama.cpp"``.
+
 Interruption: inside ``interrupted_by(stop)`` llama.cpp's abort callback reads
 ``stop``'s flag after every node of the graph, so a decode stops within a
 millisecond of ``stop.set()`` from another thread; llama.cpp then removes the
@@ -55,6 +61,7 @@ from structspec.model.base import (
     TokenCheck,
     common_prefix_len,
 )
+from structspec.model.head import HiddenStates, NativeHead, enabled_by_environment
 from structspec.model.threads import IdleMeter, ThreadGovernor
 
 Announce = Callable[[str], None]
@@ -286,6 +293,7 @@ class LlamaModel:
         n_batch: int,
         threads: int,
         slots: int,
+        hidden: HiddenStates | None = None,
     ) -> None:
         import llama_cpp
 
@@ -312,6 +320,11 @@ class LlamaModel:
         self._closed = False
         self._decode_id = 0  # counts decodes, so stale logits views can tell
         self._interrupt: Interrupt | None = None  # set inside interrupted_by
+        self.n_embd = llama_cpp.llama_model_n_embd(model_ptr)
+        self._hidden = hidden  # the eval callback's state, kept alive with the context
+        self._head: NativeHead | None = None
+        #: The code that computes a verification pass's output head.
+        self.head = "llama.cpp"
 
     # -- loading -----------------------------------------------------------
     @classmethod
@@ -354,11 +367,61 @@ class LlamaModel:
         cparams.kv_unified = False  # one stream per slot: attention never scans other slots
         cparams.swa_full = True  # keep sliding-window KV whole so any position can be rolled back
         cparams.no_perf = True
+        hidden = HiddenStates.create() if enabled_by_environment() else None
+        if hidden is not None:
+            cparams.cb_eval = hidden.callback
+            cparams.cb_eval_user_data = hidden.user_data
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             llama_cpp.llama_model_free(model)
             raise ModelError(f"llama.cpp could not create a context for {p} (out of memory?)")
-        return cls(p, model, ctx, n_ctx=n_ctx, n_batch=n_batch, threads=threads, slots=slots)
+        loaded = cls(
+            p,
+            model,
+            ctx,
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            threads=threads,
+            slots=slots,
+            hidden=hidden,
+        )
+        if hidden is not None:
+            loaded._attach_head()
+        return loaded
+
+    def _attach_head(self) -> None:
+        """Use structspec's output head (``model/head.py``) if it applies and agrees.
+
+        The check: a few rows verified by llama.cpp's head and again by the
+        kernel, at the same positions in the same batch shape, must give the
+        same logits up to the order of float additions. Any disagreement (a
+        model whose graph does more after ``result_norm``) keeps llama.cpp's.
+        """
+        try:
+            head = NativeHead.from_gguf(self.path, self.n_vocab, self.n_embd)
+        except (OSError, ValueError, RuntimeError):
+            head = None
+        if head is None:
+            return
+        probe = self.tokenize("def add(a, b):\n    return a + b\n")[:12]
+        self.prefill(probe[:4])
+        expected = np.array(self.verify(probe[4:]).logits[:])
+        self.truncate(4)
+        self._head = head
+        try:
+            got = np.array(self.verify(probe[4:]).logits[:])
+        except (ModelError, RuntimeError):
+            got = None
+        self.truncate(0)
+        scale = max(1.0, float(np.abs(expected).max()))
+        if (
+            got is None
+            or got.shape != expected.shape
+            or np.abs(got - expected).max() > 1e-3 * scale
+        ):
+            self._head = None
+            return
+        self.head = "structspec"
 
     def close(self) -> None:
         if self._closed:
@@ -452,6 +515,15 @@ class LlamaModel:
             yield
         finally:
             self._pinned = before
+
+    @contextlib.contextmanager
+    def llama_cpp_head(self) -> Iterator[None]:
+        """Verification passes inside compute their logits with llama.cpp's head (a baseline)."""
+        before, self._head = self._head, None
+        try:
+            yield
+        finally:
+            self._head = before
 
     @contextlib.contextmanager
     def interrupted_by(self, stop: Interrupt) -> Iterator[None]:
@@ -565,11 +637,39 @@ class LlamaModel:
         if n > self.n_batch:
             raise ModelError(f"cannot verify {n} rows in one pass (n_batch {self.n_batch})")
         start = len(self._slot.tokens)
-        self._decode(tokens, start, logits=True)
+        logits = self._verify_logits(tokens, start)
         self._slot.tokens.extend(tokens)
-        logits = self._rows(n)
         argmax = logits.argmax(axis=1)
         return Rows([int(a) for a in argmax], _Margins(self, logits, argmax), _Logits(self, logits))
+
+    def _verify_logits(self, tokens: Sequence[int], start: int) -> np.ndarray:
+        """Decode ``tokens`` at ``start`` with logits on every row; those logits.
+
+        With structspec's head the decode stops at the hidden states and the
+        kernel computes the logits. Should the callback not capture them,
+        llama.cpp has run its own head and its logits are read instead.
+        """
+        head, hidden = self._head, self._hidden
+        if head is None or hidden is None:
+            self._decode(tokens, start, logits=True)
+            return self._rows(len(tokens))
+        hidden.arm(len(tokens), self.n_embd)
+        try:
+            self._decode(tokens, start, logits=True)
+            states = hidden.take()
+        except RuntimeError:
+            # Captured, but not the rows asked for: llama.cpp's head did not run
+            # either. Evaluate the rows again with llama.cpp's head from now on.
+            self._head, self.head = None, "llama.cpp"
+            self._llama.llama_memory_seq_rm(self._mem, self._slot.seq, start, -1)
+            hidden.disarm()
+            self._decode(tokens, start, logits=True)
+            return self._rows(len(tokens))
+        finally:
+            hidden.disarm()
+        if states is None:
+            return self._rows(len(tokens))
+        return head.logits(states, self._threads_now)
 
     def truncate(self, n: int) -> None:
         slot = self._slot

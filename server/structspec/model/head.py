@@ -1,0 +1,356 @@
+"""The output head of a verification pass, computed by structspec's own kernel.
+
+On a CPU the output head dominates a verification pass: every row with logits
+multiplies the final hidden state by the ``n_vocab x n_embd`` output matrix
+(262,144 x 640 for the default model), and llama.cpp's Q8_0 matrix multiply
+streams that matrix once per row for passes of 2 to 7 rows, so a drafted
+token costs about what a token decoded alone does (docs/MEASUREMENTS.md §1).
+``_head.c`` streams it once per pass: a pass of several rows then costs little
+more than a pass of one, and each draft the planner sends is cheaper.
+
+Two pieces, both used by ``LlamaModel``:
+
+- ``HiddenStates``: llama.cpp's eval callback (``cb_eval``, set when the
+  context is created) copies the tensor ``result_norm``, the head's input, of
+  a decode it is armed for and ends the graph there, so llama.cpp does not run
+  its own head for that pass.
+- ``NativeHead``: the output matrix, read from the GGUF file and repacked for
+  the kernel, and the kernel call: ``logits(hidden, threads)``.
+
+The arithmetic is llama.cpp's own for Q8_0 (hidden states quantized to Q8_0,
+exact integer block dot products, fp16 scales); only the order of the float
+additions differs, far below the batch-shape noise of docs/MEASUREMENTS.md §2.
+The head is used only where it holds: a Q8_0 output matrix without logit
+soft-capping, a CPU with AVX-512 VNNI, and a first pass whose logits match
+llama.cpp's (``LlamaModel`` checks that at load). Anywhere else llama.cpp
+computes the head as before. ``STRUCTSPEC_NATIVE_HEAD=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+Q8_0 = 8  # ggml_type of Q8_0
+QK = 32  # values per Q8_0 block
+
+_lib: Any = None  # the loaded kernel library; False once it failed to load
+
+
+def _kernel() -> Any | None:
+    """The compiled ``_head`` library through ctypes, or ``None`` when it is not built."""
+    global _lib
+    if _lib is None:
+        try:
+            from structspec.model import _head  # type: ignore[attr-defined]
+
+            lib = ctypes.CDLL(_head.__file__)
+        except (ImportError, OSError):
+            _lib = False
+            return None
+        lib.ss_head_packed_bytes.restype = ctypes.c_size_t
+        lib.ss_head_packed_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
+        lib.ss_head_pack.restype = ctypes.c_int
+        lib.ss_head_pack.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_void_p,
+        ]
+        lib.ss_head_simd.restype = ctypes.c_int
+        lib.ss_head_logits.restype = ctypes.c_int
+        lib.ss_head_logits.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+        ]
+        _lib = lib
+    return _lib or None
+
+
+def kernel_available() -> bool:
+    """Whether the kernel is built and this CPU runs it (AVX-512 VNNI)."""
+    lib = _kernel()
+    return bool(lib is not None and lib.ss_head_simd())
+
+
+def enabled_by_environment() -> bool:
+    return os.environ.get("STRUCTSPEC_NATIVE_HEAD", "1").strip().lower() not in {"0", "off", "no"}
+
+
+@dataclass(frozen=True)
+class _TensorInfo:
+    type: int
+    shape: tuple[int, ...]
+    offset: int  # from the start of the data section
+
+
+@dataclass
+class _GGUFLayout:
+    """What ``from_gguf`` reads of a GGUF: scalar metadata and where the tensors are."""
+
+    strings: dict[str, str] = field(default_factory=dict)
+    numbers: dict[str, float] = field(default_factory=dict)
+    tensors: dict[str, _TensorInfo] = field(default_factory=dict)
+    data_start: int = 0
+
+
+# GGUF metadata value types: fixed sizes by type id; 8 is a string, 9 an array.
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
+            11: "<q", 12: "<d"}  # fmt: skip
+_STRING, _ARRAY = 8, 9
+
+
+def _read_gguf_layout(path: Path) -> _GGUFLayout:
+    """The GGUF header of ``path``: its metadata (arrays skipped) and tensor table.
+
+    Read directly rather than through ``gguf.GGUFReader``, which builds an
+    object per element of every array (a 262,144-token vocabulary) and takes
+    many seconds. Raises ``ValueError`` on a file that is not a readable GGUF.
+    """
+    layout = _GGUFLayout()
+    with open(path, "rb") as fh:
+        try:
+            magic, version, n_tensors, n_kv = struct.unpack("<4sIQQ", fh.read(24))
+            if magic != b"GGUF" or version < 2:
+                raise ValueError(f"not a GGUF v2+ file: {path}")
+            for _ in range(n_kv):
+                key = _read_string(fh)
+                (kind,) = struct.unpack("<I", fh.read(4))
+                value = _read_value(fh, kind)
+                if isinstance(value, str):
+                    layout.strings[key] = value
+                elif isinstance(value, (int, float)):
+                    layout.numbers[key] = float(value)
+            for _ in range(n_tensors):
+                name = _read_string(fh)
+                (n_dims,) = struct.unpack("<I", fh.read(4))
+                shape = struct.unpack(f"<{n_dims}Q", fh.read(8 * n_dims))
+                kind, offset = struct.unpack("<IQ", fh.read(12))
+                layout.tensors[name] = _TensorInfo(kind, tuple(shape), offset)
+        except (struct.error, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read the GGUF header of {path}: {exc}") from None
+        align = int(layout.numbers.get("general.alignment", 32)) or 32
+        layout.data_start = -(-fh.tell() // align) * align
+    return layout
+
+
+def _read_string(fh: BinaryIO) -> str:
+    (n,) = struct.unpack("<Q", fh.read(8))
+    return fh.read(n).decode("utf-8")
+
+
+def _read_value(fh: BinaryIO, kind: int) -> object:
+    """One metadata value; an array is skipped (``None``)."""
+    if kind in _SCALARS:
+        fmt = _SCALARS[kind]
+        return struct.unpack(fmt, fh.read(struct.calcsize(fmt)))[0]
+    if kind == _STRING:
+        return _read_string(fh)
+    if kind != _ARRAY:
+        raise ValueError(f"unknown GGUF value type {kind}")
+    item, count = struct.unpack("<IQ", fh.read(12))
+    if item in _SCALARS:
+        fh.seek(count * struct.calcsize(_SCALARS[item]), os.SEEK_CUR)
+    elif item == _STRING:
+        for _ in range(count):
+            (n,) = struct.unpack("<Q", fh.read(8))
+            fh.seek(n, os.SEEK_CUR)
+    else:
+        for _ in range(count):
+            _read_value(fh, item)
+    return None
+
+
+class NativeHead:
+    """A Q8_0 output matrix repacked for ``_head.c``, and the kernel that applies it."""
+
+    def __init__(self, packed: np.ndarray, rows: int, cols: int) -> None:
+        self._packed = packed
+        self.rows = rows
+        self.cols = cols
+        lib = _kernel()
+        if lib is None:
+            raise RuntimeError("structspec's head kernel is not built")
+        self._lib: Any = lib
+        self._scratch = np.empty(0, dtype=np.uint8)
+        self._out = np.empty((0, rows), dtype=np.float32)
+
+    @classmethod
+    def from_q8_0(cls, blocks: np.ndarray, rows: int, cols: int) -> NativeHead:
+        """Repack ``rows x cols`` weights given as ggml's Q8_0 bytes (``rows * cols / 32 * 34``)."""
+        lib = _kernel()
+        if lib is None:
+            raise RuntimeError("structspec's head kernel is not built")
+        size = lib.ss_head_packed_bytes(rows, cols)
+        data = np.ascontiguousarray(blocks, dtype=np.uint8)
+        if not size or data.nbytes != rows * (cols // QK) * (QK + 2):
+            raise ValueError(f"not a {rows} x {cols} Q8_0 matrix ({data.nbytes} bytes)")
+        packed = np.empty(size, dtype=np.uint8)
+        if lib.ss_head_pack(data.ctypes.data, rows, cols, packed.ctypes.data) != 0:
+            raise ValueError("the kernel refused the matrix")
+        return cls(packed, rows, cols)
+
+    @classmethod
+    def from_gguf(cls, path: Path, n_vocab: int, n_embd: int) -> NativeHead | None:
+        """The head of the GGUF at ``path``, or ``None`` where the kernel does not apply.
+
+        The output matrix is ``output.weight``, or the token embedding where the
+        model ties them (Gemma). ``None``: another storage type than Q8_0, a
+        shape other than ``n_vocab x n_embd``, logit soft-capping (the kernel
+        returns raw logits), or no kernel for this CPU.
+        """
+        if not kernel_available() or n_embd % QK:
+            return None
+        layout = _read_gguf_layout(path)
+        arch = layout.strings.get("general.architecture", "")
+        for key in (f"{arch}.final_logit_softcapping", f"{arch}.logit_scale"):
+            if layout.numbers.get(key, 0.0) not in (0.0, 1.0):
+                return None
+        tensor = layout.tensors.get("output.weight") or layout.tensors.get("token_embd.weight")
+        if tensor is None or tensor.type != Q8_0 or tensor.shape != (n_embd, n_vocab):
+            return None
+        size = n_vocab * (n_embd // QK) * (QK + 2)
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if layout.data_start + tensor.offset + size > len(mm):
+                return None
+            blocks = np.frombuffer(mm, np.uint8, size, layout.data_start + tensor.offset)
+            try:
+                return cls.from_q8_0(blocks, n_vocab, n_embd)
+            finally:
+                del blocks  # the map closes only once no array looks into it
+
+    def logits(self, hidden: np.ndarray, threads: int) -> np.ndarray:
+        """``hidden`` (``n x cols`` float32) times the matrix: ``n x rows`` logits.
+
+        The array returned is this head's buffer, overwritten by the next call.
+        """
+        n = len(hidden)
+        x = np.ascontiguousarray(hidden, dtype=np.float32)
+        if x.shape != (n, self.cols):
+            raise ValueError(f"hidden states of shape {x.shape}, expected (n, {self.cols})")
+        if len(self._out) < n:
+            self._out = np.empty((n, self.rows), dtype=np.float32)
+            self._scratch = np.empty(n * (self.cols + 8 * self.cols // QK), dtype=np.uint8)
+        out = self._out[:n]
+        rc = self._lib.ss_head_logits(
+            self._packed.ctypes.data,
+            self.rows,
+            self.cols,
+            x.ctypes.data,
+            n,
+            out.ctypes.data,
+            self._scratch.ctypes.data,
+            max(1, threads),
+        )
+        if rc != 0:
+            raise RuntimeError("structspec's head kernel failed")
+        return out
+
+
+class _Capture(ctypes.Structure):
+    """``ss_capture`` of ``_head.c``: the eval callback's state."""
+
+    _fields_ = [
+        ("get_name", ctypes.c_void_p),
+        ("nbytes", ctypes.c_void_p),
+        ("tensor_get", ctypes.c_void_p),
+        ("active", ctypes.c_int32),
+        ("done", ctypes.c_int32),
+        ("dst", ctypes.c_void_p),
+        ("capacity", ctypes.c_size_t),
+        ("copied", ctypes.c_size_t),
+    ]
+
+
+def _ggml_base() -> ctypes.CDLL | None:
+    """llama-cpp-python's ggml base library (ggml's tensor accessors), already loaded by it."""
+    import llama_cpp
+
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
+        candidate = lib_dir / name
+        if candidate.exists():
+            try:
+                return ctypes.CDLL(str(candidate))
+            except OSError:
+                return None
+    return None
+
+
+class HiddenStates:
+    """The eval callback that hands ``result_norm`` over and skips llama.cpp's head.
+
+    ``callback`` and ``user_data`` go into ``llama_context_params`` (``cb_eval``,
+    ``cb_eval_user_data``) before the context is created. Around one decode:
+    ``arm(n, n_embd)``, decode, then ``take()`` returns the ``n x n_embd``
+    hidden states, or ``None`` when the callback did not capture them (then
+    llama.cpp ran its head as usual and its logits stand).
+    """
+
+    def __init__(self, callback: Any, capture: _Capture) -> None:
+        self.callback = callback
+        self._capture = capture
+        self.user_data = ctypes.cast(ctypes.pointer(capture), ctypes.c_void_p)
+        self._buffer = np.empty(0, dtype=np.float32)
+        self._shape = (0, 0)
+
+    @classmethod
+    def create(cls) -> HiddenStates | None:
+        """``None`` where the kernel library or ggml's accessors are not there."""
+        import llama_cpp
+
+        lib = _kernel()
+        ggml = _ggml_base()
+        if lib is None or ggml is None:
+            return None
+        try:
+            accessors = [
+                ctypes.cast(getattr(ggml, name), ctypes.c_void_p).value
+                for name in ("ggml_get_name", "ggml_nbytes", "ggml_backend_tensor_get")
+            ]
+            address = ctypes.cast(lib.ss_capture_eval, ctypes.c_void_p).value
+        except AttributeError:
+            return None
+        if address is None or None in accessors:
+            return None
+        capture = _Capture(*accessors, 0, 0, None, 0, 0)
+        return cls(llama_cpp.ggml_backend_sched_eval_callback(address), capture)
+
+    def arm(self, n: int, n_embd: int) -> None:
+        """Capture the next decode's hidden states: ``n`` rows of ``n_embd``."""
+        if self._buffer.size < n * n_embd:
+            self._buffer = np.empty(n * n_embd, dtype=np.float32)
+        c = self._capture
+        c.dst = self._buffer.ctypes.data
+        c.capacity = self._buffer.nbytes
+        c.copied = 0
+        c.done = 0
+        c.active = 1
+        self._shape = (n, n_embd)
+
+    def take(self) -> np.ndarray | None:
+        """The armed decode's hidden states (a view, valid until the next ``arm``)."""
+        c = self._capture
+        c.active = 0
+        n, n_embd = self._shape
+        if not c.done:
+            return None
+        if c.copied != n * n_embd * 4:
+            raise RuntimeError(f"result_norm had {c.copied} bytes, expected {n} x {n_embd} floats")
+        return self._buffer[: n * n_embd].reshape(n, n_embd)
+
+    def disarm(self) -> None:
+        self._capture.active = 0

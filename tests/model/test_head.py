@@ -1,0 +1,169 @@
+"""structspec's output head (``model/head.py``, ``model/_head.c``).
+
+The kernel is checked against a NumPy statement of llama.cpp's Q8_0
+arithmetic on random matrices; the eval-callback path on tiny GGUFs whose
+head is Q8_0 (tied to the embedding or not), against llama.cpp's own logits
+for the same rows; and the fallbacks where the kernel does not apply.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tests.helpers.fim_gguf import write_tiny_fim_gguf
+
+from structspec.model import head as native
+from structspec.model.llama import LlamaModel
+
+needs_kernel = pytest.mark.skipif(
+    not native.kernel_available(),
+    reason="the head kernel is not built or the CPU lacks AVX-512 VNNI",
+)
+
+
+def _random_q8_0(rng: np.random.Generator, rows: int, cols: int):
+    """ggml's Q8_0 bytes of a random matrix, with its int8 values and fp16 scales."""
+    nb = cols // 32
+    q = rng.integers(-127, 128, size=(rows, nb, 32), dtype=np.int8)
+    d = (rng.random((rows, nb)) * 0.02 + 1e-3).astype(np.float16)
+    raw = np.zeros((rows, nb, 34), np.uint8)
+    raw[:, :, :2] = d.view(np.uint8).reshape(rows, nb, 2)
+    raw[:, :, 2:] = q.view(np.uint8)
+    return raw.reshape(-1), q, d
+
+
+def _reference_logits(q: np.ndarray, d: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """llama.cpp's Q8_0 x Q8_0 product: the rows quantized per block of 32, exact block dots."""
+    n, cols = x.shape
+    blocks = x.reshape(n, cols // 32, 32)
+    amax = np.abs(blocks).max(axis=2)
+    dx = (amax / 127).astype(np.float16).astype(np.float64)
+    inv = np.divide(127, amax, out=np.zeros_like(amax), where=amax != 0).astype(np.float32)
+    qx = np.rint(blocks * inv[:, :, None]).astype(np.int64)  # rint: half to even
+    dots = np.einsum("vbk,nbk->nvb", q.astype(np.int64), qx)
+    return (dots * (d.astype(np.float64)[None] * dx[:, None, :])).sum(axis=2)
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    ("rows", "cols", "n"),
+    [(16, 32, 1), (37, 64, 3), (1000, 640, 9), (160, 96, 8), (17, 32, 16), (5, 128, 2)],
+)
+def test_kernel_computes_llama_cpp_q8_0_logits(rows, cols, n):
+    rng = np.random.default_rng(rows * 7 + n)
+    raw, q, d = _random_q8_0(rng, rows, cols)
+    head = native.NativeHead.from_q8_0(raw, rows, cols)
+    x = rng.standard_normal((n, cols)).astype(np.float32)
+    if cols > 32:
+        x[0, :32] = 0.0  # an all-zero block: scale 0, no division by it
+    for threads in (1, 2, 3):
+        got = head.logits(x, threads).copy()
+        want = _reference_logits(q, d, x)
+        assert got.shape == (n, rows)
+        assert np.abs(want).max() > 1.0  # the check below is not against zeros
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+
+
+@needs_kernel
+def test_head_buffer_is_reused_and_rows_past_the_last_call_are_not_returned():
+    rng = np.random.default_rng(1)
+    raw, q, d = _random_q8_0(rng, 48, 64)
+    head = native.NativeHead.from_q8_0(raw, 48, 64)
+    big = head.logits(rng.standard_normal((5, 64)).astype(np.float32), 2)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    small = head.logits(x, 2)
+    assert small.shape == (2, 48)
+    assert np.shares_memory(big, small)
+    np.testing.assert_allclose(small, _reference_logits(q, d, x), atol=1e-4 * 50)
+
+
+@needs_kernel
+def test_bad_shapes_are_refused():
+    rng = np.random.default_rng(2)
+    raw, _, _ = _random_q8_0(rng, 16, 64)
+    with pytest.raises(ValueError, match="Q8_0 matrix"):
+        native.NativeHead.from_q8_0(raw[:-34], 16, 64)
+    with pytest.raises(ValueError, match="Q8_0 matrix"):
+        native.NativeHead.from_q8_0(raw, 16, 48)  # not a whole number of blocks
+    head = native.NativeHead.from_q8_0(raw, 16, 64)
+    with pytest.raises(ValueError, match="expected"):
+        head.logits(np.zeros((2, 32), dtype=np.float32), 2)
+
+
+def _load(path):
+    return LlamaModel.load(path, n_ctx=256, threads=2, n_batch=64)
+
+
+def _llama_cpp_logits(model: LlamaModel, prompt: list[int], rows: list[int]) -> np.ndarray:
+    """The rows' logits from llama.cpp's own head, at the positions after ``prompt``."""
+    with model.llama_cpp_head():
+        model.prefill(prompt)
+        logits = np.array(model.verify(rows).logits[:])
+        model.truncate(0)
+    return logits
+
+
+@needs_kernel
+@pytest.mark.parametrize("storage", ["q8_0", "tied-q8_0"])
+def test_a_q8_0_head_is_computed_by_the_kernel_and_agrees_with_llama_cpp(tmp_path, storage):
+    vocab = write_tiny_fim_gguf(tmp_path / "tiny.gguf", "qwen", head=storage)
+    model = _load(vocab.path)
+    try:
+        assert model.head == "structspec"
+        prompt = model.tokenize("def f(x):\n    return x")
+        rows = model.tokenize(" + 1\n\ndef g(y):", add_bos=False)[:7]
+        want = _llama_cpp_logits(model, prompt, rows)
+        model.prefill(prompt)
+        got = model.verify(rows)
+        assert np.ptp(want) > 1.0
+        np.testing.assert_allclose(np.array(got.logits[:]), want, atol=1e-3 * np.abs(want).max())
+        assert list(got.argmax) == [int(a) for a in want.argmax(axis=1)]
+        # the KV cache holds the verified rows: the next pass continues after them
+        assert list(model.cached_tokens) == [*prompt, *rows]
+        follow = model.verify(rows[:2])
+        model.truncate(0)
+        model.prefill([*prompt, *rows])
+        with model.llama_cpp_head():
+            again = model.verify(rows[:2])
+        assert list(follow.argmax) == list(again.argmax)
+    finally:
+        model.close()
+
+
+def test_llama_cpp_keeps_the_head_where_the_kernel_does_not_apply(tmp_path, monkeypatch):
+    f32 = write_tiny_fim_gguf(tmp_path / "f32.gguf", "qwen", head="f32").path
+    capped = write_tiny_fim_gguf(tmp_path / "capped.gguf", "qwen", head="q8_0", softcap=30.0).path
+    plain = write_tiny_fim_gguf(tmp_path / "plain.gguf", "qwen", head="q8_0").path
+    for path in (f32, capped):
+        model = _load(path)
+        try:
+            assert model.head == "llama.cpp"
+            model.prefill(model.tokenize("def"))
+            assert len(model.verify(model.tokenize(" f", add_bos=False)).argmax) >= 1
+        finally:
+            model.close()
+    monkeypatch.setenv("STRUCTSPEC_NATIVE_HEAD", "0")
+    model = _load(plain)
+    try:
+        assert model.head == "llama.cpp"
+    finally:
+        model.close()
+
+
+@needs_kernel
+def test_a_disagreeing_kernel_is_not_used(tmp_path, monkeypatch):
+    """The load-time check: logits that differ from llama.cpp's keep llama.cpp's head."""
+    path = write_tiny_fim_gguf(tmp_path / "tiny.gguf", "qwen", head="q8_0").path
+    real = native.NativeHead.logits
+
+    def off_by_one(self, hidden, threads):
+        return real(self, hidden, threads) + 1.0
+
+    monkeypatch.setattr(native.NativeHead, "logits", off_by_one)
+    model = _load(path)
+    try:
+        assert model.head == "llama.cpp"
+        model.prefill(model.tokenize("def"))
+        assert len(model.verify(model.tokenize(" f", add_bos=False)).argmax) >= 1
+    finally:
+        model.close()
