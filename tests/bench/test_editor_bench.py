@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from structspec.bench import editor
@@ -30,7 +31,7 @@ from structspec.bench.editor import (
     without_model,
 )
 from structspec.completion import trace
-from structspec.model.base import TokenCheck
+from structspec.model.base import Rows, TokenCheck
 from structspec.runtime import open_model
 
 SOURCE = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30))
@@ -184,7 +185,8 @@ def test_check_trace_counts_greedy_tokens_exact_and_others_off(tmp_path: Path):
 
 class CacheShapedChecks:
     """A model whose check of a token moves with the cache: 1.6 logits off when the
-    check reuses it, ``true_gap`` from an empty cache (a real error is off in both)."""
+    check reuses it, ``true_gap`` from an empty cache and one row per pass (a real
+    error is off in every shape)."""
 
     def __init__(self, true_gap: float) -> None:
         self.true_gap = true_gap
@@ -200,6 +202,15 @@ class CacheShapedChecks:
         gap = max(self.true_gap, 1.6) if self.cached else self.true_gap
         self.cached = True
         return [TokenCheck(t, t, gap) for t in output]
+
+    def prefill(self, tokens) -> int:
+        self.cached = True
+        return 0
+
+    def verify(self, tokens) -> Rows:
+        row = np.zeros(8)
+        row[7] = self.true_gap  # the traced tokens (3, 4) sit true_gap below the argmax
+        return Rows([7], [self.true_gap], [row])
 
 
 @pytest.mark.parametrize(("true_gap", "off"), [(0.0, 0), (0.5, 0), (3.0, 2)])

@@ -8,6 +8,8 @@ for the same rows; and the fallbacks where the kernel does not apply.
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 from tests.helpers.fim_gguf import write_tiny_fim_gguf
@@ -167,3 +169,49 @@ def test_a_disagreeing_kernel_is_not_used(tmp_path, monkeypatch):
         assert len(model.verify(model.tokenize(" f", add_bos=False)).argmax) >= 1
     finally:
         model.close()
+
+
+def _fake_ggml(name: bytes, data: np.ndarray):
+    """ggml's three accessors over one fake tensor, as ctypes callbacks (the caller keeps them)."""
+    text = ctypes.create_string_buffer(name)  # lives with the closure below
+    get_name = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(lambda t: ctypes.addressof(text))
+    nbytes = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p)(lambda t: data.nbytes)
+
+    def copy(t, dst, offset, size):
+        ctypes.memmove(dst, data.ctypes.data + offset, size)
+
+    tensor_get = ctypes.CFUNCTYPE(
+        None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t
+    )(copy)
+    return get_name, nbytes, tensor_get
+
+
+@needs_kernel
+def test_the_eval_callback_takes_result_norm_and_stops_the_graph_only_when_armed():
+    lib = native._kernel()
+    eval_cb = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_bool, ctypes.c_void_p)(
+        ctypes.cast(lib.ss_capture_eval, ctypes.c_void_p).value
+    )
+    states = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for name, want_capture in ((b"result_norm", True), (b"ffn_out-17", False)):
+        accessors = _fake_ggml(name, states)
+        capture = native._Capture(
+            *(ctypes.cast(f, ctypes.c_void_p).value for f in accessors), 0, 0, None, 0
+        )
+        hidden = native.HiddenStates(eval_cb, capture)
+        # not armed: the callback wants no tensor, llama.cpp computes as usual
+        assert eval_cb(None, True, hidden.user_data) is False
+        hidden.arm(3, 4)
+        assert eval_cb(None, True, hidden.user_data) is want_capture
+        if want_capture:
+            # computed: copied, and False ends the graph before the head
+            assert eval_cb(None, False, hidden.user_data) is False
+            np.testing.assert_array_equal(hidden.take(), states)
+        else:
+            assert hidden.take() is None
+        # armed for another number of rows: the graph runs on, nothing is taken
+        hidden.arm(2, 4)
+        assert eval_cb(None, True, hidden.user_data) is want_capture
+        if want_capture:
+            assert eval_cb(None, False, hidden.user_data) is True
+        assert hidden.take() is None

@@ -77,7 +77,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from structspec.bench.harness import NEAR_TIE, Exactness, percentile, teacher_forced_gaps
+from structspec.bench.harness import NEAR_TIE, Exactness, output_gaps, percentile
 from structspec.bench.mixed import EXTENSIONS, collect
 from structspec.completion.suggest import CursorContext
 from structspec.completion.trace import TRACE_ENV
@@ -816,8 +816,9 @@ def check_trace(model: Model, trace: Path) -> tuple[Exactness, int]:
     model's cache is kept between them (only what differs is evaluated). That
     changes the batch shapes of the check itself, which alone can move a
     near-tie past ``NEAR_TIE``: a generation with a token off is checked again
-    as the other suites check, prompt and output in one batch from an empty
-    cache, and that check counts.
+    as the other suites check (``harness.output_gaps``: prompt and output in
+    one batch from an empty cache, and where a token is still off, one row per
+    pass as plain greedy decoding evaluates it), and that check counts.
     """
     exact = Exactness()
     constrained = 0
@@ -835,9 +836,10 @@ def check_trace(model: Model, trace: Path) -> tuple[Exactness, int]:
                 done += len(model.token_bytes(tokens[skip]))
                 skip += 1
             gaps = [c.gap for c in model.teacher_forced(prompt, tokens)[skip:]]
-            if any(g > NEAR_TIE for g in gaps):
-                gaps = teacher_forced_gaps(model, prompt, tokens)[skip:]
-            exact.add(gaps)
+            rechecked = any(g > NEAR_TIE for g in gaps)
+            if rechecked:
+                gaps = output_gaps(model, prompt, tokens)[0][skip:]
+            exact.add(gaps, rechecked=rechecked)
             constrained += skip
     return exact, constrained
 

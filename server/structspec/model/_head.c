@@ -270,15 +270,15 @@ typedef struct {
     int32_t active;     /* set by the caller for a decode whose hidden states it wants */
     int32_t done;       /* set here once they are copied */
     float *dst;         /* where they go */
-    size_t capacity;    /* bytes at dst */
-    size_t copied;      /* bytes copied */
+    size_t capacity;    /* bytes expected: rows x n_embd floats */
 } ss_capture;
 
 /* ggml_backend_sched_eval_callback: with `ask` it says whether it wants the
  * tensor (only "result_norm", only while active); once that tensor is
  * computed it copies it and returns false, which ends the graph's computation
  * there: the output head, the last node, is never run. The KV cache rows of
- * the pass were written by the layers before it. */
+ * the pass were written by the layers before it. A tensor of another size
+ * than expected is left alone (llama.cpp then runs its head as usual). */
 bool ss_capture_eval(void *tensor, bool ask, void *user_data) {
     ss_capture *c = (ss_capture *)user_data;
     if (!c->active || c->done) return ask ? false : true;
@@ -287,12 +287,13 @@ bool ss_capture_eval(void *tensor, bool ask, void *user_data) {
     if (ask) return wanted;
     if (!wanted) return true;
     const size_t size = c->nbytes(tensor);
-    if (size > c->capacity) {
-        c->active = 0;  /* let the graph run on: llama.cpp computes the head itself */
+    if (size != c->capacity) {
+        /* not the rows the caller expects: let the graph run on, so llama.cpp
+         * computes the head itself and its logits stand */
+        c->active = 0;
         return true;
     }
     c->tensor_get(tensor, c->dst, 0, size);
-    c->copied = size;
     c->done = 1;
     return false;
 }

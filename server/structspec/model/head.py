@@ -271,7 +271,6 @@ class _Capture(ctypes.Structure):
         ("done", ctypes.c_int32),
         ("dst", ctypes.c_void_p),
         ("capacity", ctypes.c_size_t),
-        ("copied", ctypes.c_size_t),
     ]
 
 
@@ -295,9 +294,9 @@ class HiddenStates:
 
     ``callback`` and ``user_data`` go into ``llama_context_params`` (``cb_eval``,
     ``cb_eval_user_data``) before the context is created. Around one decode:
-    ``arm(n, n_embd)``, decode, then ``take()`` returns the ``n x n_embd``
-    hidden states, or ``None`` when the callback did not capture them (then
-    llama.cpp ran its head as usual and its logits stand).
+    ``arm(n, n_embd)``, decode, then ``take()`` (also after a failed decode)
+    returns the ``n x n_embd`` hidden states, or ``None`` when the callback
+    did not capture them: llama.cpp then ran its head as usual.
     """
 
     def __init__(self, callback: Any, capture: _Capture) -> None:
@@ -326,7 +325,7 @@ class HiddenStates:
             return None
         if address is None or None in accessors:
             return None
-        capture = _Capture(*accessors, 0, 0, None, 0, 0)
+        capture = _Capture(*accessors, 0, 0, None, 0)
         return cls(llama_cpp.ggml_backend_sched_eval_callback(address), capture)
 
     def arm(self, n: int, n_embd: int) -> None:
@@ -335,22 +334,20 @@ class HiddenStates:
             self._buffer = np.empty(n * n_embd, dtype=np.float32)
         c = self._capture
         c.dst = self._buffer.ctypes.data
-        c.capacity = self._buffer.nbytes
-        c.copied = 0
+        c.capacity = n * n_embd * self._buffer.itemsize
         c.done = 0
         c.active = 1
         self._shape = (n, n_embd)
 
     def take(self) -> np.ndarray | None:
-        """The armed decode's hidden states (a view, valid until the next ``arm``)."""
+        """The armed decode's hidden states (a view, valid until the next ``arm``), and disarm.
+
+        ``None``: not captured (the decode failed, or ``result_norm`` was not
+        the expected ``n x n_embd``): llama.cpp then ran its own head.
+        """
         c = self._capture
         c.active = 0
-        n, n_embd = self._shape
         if not c.done:
             return None
-        if c.copied != n * n_embd * 4:
-            raise RuntimeError(f"result_norm had {c.copied} bytes, expected {n} x {n_embd} floats")
+        n, n_embd = self._shape
         return self._buffer[: n * n_embd].reshape(n, n_embd)
-
-    def disarm(self) -> None:
-        self._capture.active = 0
