@@ -137,17 +137,19 @@ def test_llama_cpp_keeps_the_head_where_the_kernel_does_not_apply(tmp_path, monk
     capped = write_tiny_fim_gguf(tmp_path / "capped.gguf", "qwen", head="q8_0", softcap=30.0).path
     plain = write_tiny_fim_gguf(tmp_path / "plain.gguf", "qwen", head="q8_0").path
     for path in (f32, capped):
-        model = _load(path)
-        try:
-            assert model.head == "llama.cpp"
-            model.prefill(model.tokenize("def"))
-            assert len(model.verify(model.tokenize(" f", add_bos=False)).argmax) >= 1
-        finally:
-            model.close()
+        _assert_llama_cpp_head(path)
     monkeypatch.setenv("STRUCTSPEC_NATIVE_HEAD", "0")
-    model = _load(plain)
+    _assert_llama_cpp_head(plain)
+
+
+def _assert_llama_cpp_head(path) -> None:
+    """The model at ``path`` loads with llama.cpp's head, and verifies with it."""
+    model = _load(path)
     try:
         assert model.head == "llama.cpp"
+        model.prefill(model.tokenize("def"))
+        rows = model.tokenize(" f", add_bos=False)
+        assert len(model.verify(rows).argmax) == len(rows) > 0
     finally:
         model.close()
 
@@ -162,13 +164,7 @@ def test_a_disagreeing_kernel_is_not_used(tmp_path, monkeypatch):
         return real(self, hidden, threads) + 1.0
 
     monkeypatch.setattr(native.NativeHead, "logits", off_by_one)
-    model = _load(path)
-    try:
-        assert model.head == "llama.cpp"
-        model.prefill(model.tokenize("def"))
-        assert len(model.verify(model.tokenize(" f", add_bos=False)).argmax) >= 1
-    finally:
-        model.close()
+    _assert_llama_cpp_head(path)
 
 
 def _fake_ggml(name: bytes, data: np.ndarray):

@@ -29,7 +29,6 @@ computes the head as before. ``STRUCTSPEC_NATIVE_HEAD=0`` turns it off.
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 import struct
 from dataclasses import dataclass, field
@@ -43,6 +42,16 @@ QK = 32  # values per Q8_0 block
 
 _lib: Any = None  # the loaded kernel library; False once it failed to load
 
+_i64, _ptr = ctypes.c_int64, ctypes.c_void_p
+#: ``_head.c``'s functions called from here: result type and argument types.
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "ss_head_packed_bytes": (ctypes.c_size_t, [_i64, _i64]),
+    "ss_head_pack": (ctypes.c_int, [_ptr, _i64, _i64, _ptr]),
+    "ss_head_simd": (ctypes.c_int, []),
+    # packed, rows, cols, hidden states, n, logits out, scratch, threads
+    "ss_head_logits": (ctypes.c_int, [_ptr, _i64, _i64, _ptr, _i64, _ptr, _ptr, ctypes.c_int]),
+}
+
 
 def _kernel() -> Any | None:
     """The compiled ``_head`` library through ctypes, or ``None`` when it is not built."""
@@ -55,27 +64,9 @@ def _kernel() -> Any | None:
         except (ImportError, OSError):
             _lib = False
             return None
-        lib.ss_head_packed_bytes.restype = ctypes.c_size_t
-        lib.ss_head_packed_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
-        lib.ss_head_pack.restype = ctypes.c_int
-        lib.ss_head_pack.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_int64,
-            ctypes.c_int64,
-            ctypes.c_void_p,
-        ]
-        lib.ss_head_simd.restype = ctypes.c_int
-        lib.ss_head_logits.restype = ctypes.c_int
-        lib.ss_head_logits.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_int64,
-            ctypes.c_int64,
-            ctypes.c_void_p,
-            ctypes.c_int64,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_int,
-        ]
+        for name, (result, args) in _SIGNATURES.items():
+            function = getattr(lib, name)
+            function.restype, function.argtypes = result, args
         _lib = lib
     return _lib or None
 
@@ -223,14 +214,12 @@ class NativeHead:
         if tensor is None or tensor.type != Q8_0 or tensor.shape != (n_embd, n_vocab):
             return None
         size = n_vocab * (n_embd // QK) * (QK + 2)
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            if layout.data_start + tensor.offset + size > len(mm):
-                return None
-            blocks = np.frombuffer(mm, np.uint8, size, layout.data_start + tensor.offset)
-            try:
-                return cls.from_q8_0(blocks, n_vocab, n_embd)
-            finally:
-                del blocks  # the map closes only once no array looks into it
+        start = layout.data_start + tensor.offset
+        if start + size > path.stat().st_size:
+            return None
+        # read through a map: the pages are the ones llama.cpp maps for the same file
+        blocks = np.memmap(path, dtype=np.uint8, mode="r", offset=start, shape=(size,))
+        return cls.from_q8_0(blocks, n_vocab, n_embd)
 
     def logits(self, hidden: np.ndarray, threads: int) -> np.ndarray:
         """``hidden`` (``n x cols`` float32) times the matrix: ``n x rows`` logits.
