@@ -118,16 +118,18 @@ def test_a_q8_0_head_is_computed_by_the_kernel_and_agrees_with_llama_cpp(tmp_pat
         model.prefill(prompt)
         got = model.verify(rows)
         assert np.ptp(want) > 1.0
-        np.testing.assert_allclose(np.array(got.logits[:]), want, atol=1e-3 * np.abs(want).max())
-        assert list(got.argmax) == [int(a) for a in want.argmax(axis=1)]
+        tolerance = 1e-3 * np.abs(want).max()  # the order of float additions, no more
+        np.testing.assert_allclose(np.array(got.logits[:]), want, atol=tolerance)
+        for i, best in enumerate(got.argmax):  # llama.cpp's argmax, or tied with it
+            assert want[i, best] >= want[i].max() - tolerance
         # the KV cache holds the verified rows: the next pass continues after them
         assert list(model.cached_tokens) == [*prompt, *rows]
-        follow = model.verify(rows[:2])
+        follow = np.array(model.verify(rows[:2]).logits[:])
         model.truncate(0)
         model.prefill([*prompt, *rows])
         with model.llama_cpp_head():
-            again = model.verify(rows[:2])
-        assert list(follow.argmax) == list(again.argmax)
+            again = np.array(model.verify(rows[:2]).logits[:])
+        np.testing.assert_allclose(follow, again, atol=tolerance)
     finally:
         model.close()
 

@@ -318,5 +318,7 @@ def test_the_default_model_verifies_with_structspecs_head(model):
         theirs = model.verify(rows)
         want = np.array(theirs.logits[:])
     model.truncate(0)
-    np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max())
-    assert list(ours.argmax) == list(theirs.argmax)
+    tolerance = 1e-3 * np.abs(want).max()  # the order of float additions, no more
+    np.testing.assert_allclose(got, want, atol=tolerance)
+    for i, best in enumerate(ours.argmax):  # llama.cpp's argmax, or tied with it
+        assert want[i, best] >= want[i].max() - tolerance

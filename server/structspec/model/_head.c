@@ -29,9 +29,10 @@
  * "result_norm" (the final norm's output, the head's input) and then stops
  * the graph there, so llama.cpp never computes its own head for that pass.
  *
- * Everything is called from Python through ctypes (structspec/model/head.py).
- * Nothing here allocates or keeps state between calls besides what the caller
- * passes in.
+ * Threads: OpenMP, the runtime llama.cpp's CPU backend runs on (see
+ * ss_head_logits). Everything is called from Python through ctypes
+ * (structspec/model/head.py). Nothing here allocates or keeps state between
+ * calls besides what the caller passes in.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -211,11 +212,9 @@ static SS_TARGET void group_rows(const head_job *job, int64_t g, float *last) {
     }
 }
 
-static void *run_groups(void *arg) {
-    const head_job *job = (const head_job *)arg;
+static void run_groups(const head_job *job) {
     float last[TILE * GROUP];
     for (int64_t g = job->group_begin; g < job->group_end; g++) group_rows(job, g, last);
-    return NULL;
 }
 #endif
 
