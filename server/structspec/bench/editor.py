@@ -836,10 +836,11 @@ def check_trace(model: Model, trace: Path) -> tuple[Exactness, int]:
                 done += len(model.token_bytes(tokens[skip]))
                 skip += 1
             gaps = [c.gap for c in model.teacher_forced(prompt, tokens)[skip:]]
-            rechecked = any(g > NEAR_TIE for g in gaps)
-            if rechecked:
-                gaps = output_gaps(model, prompt, tokens)[0][skip:]
-            exact.add(gaps, rechecked=rechecked)
+            stepwise = False
+            if any(g > NEAR_TIE for g in gaps):
+                gaps, stepwise = output_gaps(model, prompt, tokens)
+                gaps = gaps[skip:]
+            exact.add(gaps, rechecked=stepwise)
             constrained += skip
     return exact, constrained
 

@@ -102,6 +102,7 @@ class _GGUFLayout:
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
             11: "<q", 12: "<d"}  # fmt: skip
 _STRING, _ARRAY = 8, 9
+_MAX_STRING = 1 << 24  # a longer key or value is a damaged file, not one to allocate for
 
 
 def _read_gguf_layout(path: Path) -> _GGUFLayout:
@@ -140,6 +141,8 @@ def _read_gguf_layout(path: Path) -> _GGUFLayout:
 
 def _read_string(fh: BinaryIO) -> str:
     (n,) = struct.unpack("<Q", fh.read(8))
+    if n > _MAX_STRING:
+        raise ValueError(f"a GGUF string of {n} bytes")
     return fh.read(n).decode("utf-8")
 
 

@@ -213,6 +213,20 @@ def default_model_path(announce: Announce | None = None) -> Path:
     return path
 
 
+def _native_head(path: Path, model_ptr: object) -> NativeHead | None:
+    """structspec's output head for the loaded model, ``None`` where it does not apply."""
+    if not enabled_by_environment():
+        return None
+    import llama_cpp
+
+    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model_ptr))
+    n_embd = llama_cpp.llama_model_n_embd(model_ptr)
+    try:
+        return NativeHead.from_gguf(path, n_vocab, n_embd)
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
 class _Slot:
     __slots__ = ("seq", "tokens", "used")
 
@@ -367,7 +381,10 @@ class LlamaModel:
         cparams.kv_unified = False  # one stream per slot: attention never scans other slots
         cparams.swa_full = True  # keep sliding-window KV whole so any position can be rolled back
         cparams.no_perf = True
-        hidden = HiddenStates.create() if enabled_by_environment() else None
+        # the eval callback only where structspec's head applies: it is asked
+        # about every node of every decode
+        head = _native_head(p, model)
+        hidden = HiddenStates.create() if head is not None else None
         if hidden is not None:
             cparams.cb_eval = hidden.callback
             cparams.cb_eval_user_data = hidden.user_data
@@ -385,29 +402,24 @@ class LlamaModel:
             slots=slots,
             hidden=hidden,
         )
-        if hidden is not None:
-            loaded._attach_head()
+        if head is not None and hidden is not None:
+            loaded._attach_head(head)
         return loaded
 
-    def _attach_head(self) -> None:
-        """Use structspec's output head (``model/head.py``) if it applies and agrees.
+    def _attach_head(self, head: NativeHead) -> None:
+        """Use structspec's output head (``model/head.py``) if it agrees with llama.cpp's.
 
         The check: a few rows verified by llama.cpp's head and again by the
         kernel, at the same positions in the same batch shape, must give the
         same logits up to the order of float additions. Any disagreement (a
         model whose graph does more after ``result_norm``) keeps llama.cpp's.
         """
-        try:
-            head = NativeHead.from_gguf(self.path, self.n_vocab, self.n_embd)
-        except (OSError, ValueError, RuntimeError):
-            head = None
-        if head is None:
-            return
+        self._head = head
         probe = self.tokenize("def add(a, b):\n    return a + b\n")[:12]
         self.prefill(probe[:4])
-        expected = np.array(self.verify(probe[4:]).logits[:])
+        with self.llama_cpp_head():
+            expected = np.array(self.verify(probe[4:]).logits[:])
         self.truncate(4)
-        self._head = head
         try:
             got = np.array(self.verify(probe[4:]).logits[:])
         except RuntimeError:  # the kernel refused (it checks the CPU again)
