@@ -13,6 +13,7 @@ from structspec.completion.generate import (
     CompletionInput,
     build_prompt,
     continue_generation,
+    generation_budget,
     run_completion,
     word_end,
 )
@@ -120,6 +121,44 @@ def test_past_the_generation_budget_the_word_being_written_is_finished() -> None
     unbounded = dataclasses.replace(settings, max_generation_ms=600_000)
     _, whole = complete(ScriptedModel(line), unbounded, clock=clock, text=text)
     assert whole.text == line.rstrip("\n")
+
+
+class ThreadedScriptedModel(ScriptedModel):
+    """``ScriptedModel`` on two threads whose governor has set ``decode_threads``."""
+
+    def __init__(self, script: str, decode_threads: int) -> None:
+        super().__init__(script)
+        self.threads = 2
+        self.decode_threads = decode_threads
+
+    def threads_pinned(self, threads: int):
+        return contextlib.nullcontext()
+
+
+def test_the_generation_budget_halves_while_the_cores_are_contended() -> None:
+    """Under contention a suggestion is cut at half the budget: shorter, a prefix of the quiet."""
+    line = "total = alpha + beta * gamma - delta + epsilon * zeta - eta + theta\n"
+    text = "def f():\n    return g(1)\n\nx = "
+    settings = Settings(
+        model="standin", max_tokens=96, max_generation_ms=80, speculative=False, sources=("lookup",)
+    )
+    quiet_model = ThreadedScriptedModel(line, decode_threads=2)
+    loaded_model = ThreadedScriptedModel(line, decode_threads=1)
+    assert generation_budget(quiet_model, settings) == 0.08
+    assert generation_budget(loaded_model, settings) == 0.04
+    assert generation_budget(ScriptedModel(line), settings) == 0.08  # no governor: never contended
+
+    def answer(model: ScriptedModel) -> str:
+        ticks = iter(range(10_000))
+        clock = lambda: next(ticks) * 0.004  # noqa: E731 - 4 ms per look at the clock
+        _, outcome = complete(model, settings, clock=clock, text=text)
+        assert outcome.text is not None
+        return outcome.text
+
+    quiet, loaded = answer(quiet_model), answer(loaded_model)
+    assert line.startswith(quiet) and len(quiet) < len(line) - 1  # the quiet budget cuts too
+    assert quiet.startswith(loaded) and 0 < len(loaded) < len(quiet)
+    assert not line[len(loaded)].isalnum()  # still cut at a word's end
 
 
 def test_cancelled_before_generating_returns_nothing() -> None:

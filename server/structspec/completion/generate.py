@@ -14,7 +14,8 @@ engine, and returns the cleaned suggestion text:
    when the user pauses;
 4. the engine's stream, stopped by the single-line/block mode, by
    cancellation between passes, and by the generation budget: once the model
-   has written for ``max_generation_ms``, the word being written is finished
+   has written for ``max_generation_ms`` (half of it while other processes
+   hold the cores: ``generation_budget``), the word being written is finished
    and the suggestion ends there. A block answers with its first line as soon
    as that line is complete. Either way the rest comes from pre-generation
    (the outcome's continuation holds every token written);
@@ -55,6 +56,8 @@ from structspec.config import Settings
 from structspec.drafts.registry import reads_corpus
 from structspec.engine.decode import Engine, GenerationOptions, GenerationResult
 from structspec.engine.stats import GenerationStats
+from structspec.model.base import Model
+from structspec.model.extras import contended
 
 
 @dataclass
@@ -128,6 +131,24 @@ def extension(engine: Engine, result: GenerationResult) -> Extension:
     """What a generation wrote at the cursor (the bytes token healing took back excluded)."""
     data = b"".join(engine.model.token_bytes(t) for t in result.tokens)
     return Extension((*result.tokens,), data[result.healed_bytes :], result.stop_reason == "eos")
+
+
+#: Share of ``max_generation_ms`` a suggestion gets while other processes hold the cores.
+CONTENDED_GENERATION_SHARE = 0.5
+
+
+def generation_budget(model: Model, settings: Settings) -> float:
+    """Seconds the model writes one suggestion before finishing the word it is on.
+
+    ``max_generation_ms``; half of it while other processes hold the cores
+    (``contended``: the thread governor runs decodes on fewer threads). A pass
+    is then two to three times slower (``docs/MEASUREMENTS.md`` §4), so a
+    suggestion cut at the same budget would come at the budget where the quiet
+    machine's came well before it; with half the budget it comes sooner and
+    shorter, and the rest of the line is pre-generated while it is on screen.
+    """
+    share = CONTENDED_GENERATION_SHARE if contended(model) else 1.0
+    return settings.max_generation_ms * share / 1000.0
 
 
 def build_prompt(
@@ -226,7 +247,7 @@ def run_completion(
     ):
         return Outcome(cancelled=cancelled(), cut=prompt.cut, unfinished=not cancelled())
     generation_start = clock()
-    generation_budget = settings.max_generation_ms / 1000.0
+    budget = generation_budget(model, settings)
     mode = job.cursor.mode
     options = GenerationOptions(
         max_tokens=settings.max_tokens,
@@ -269,7 +290,7 @@ def run_completion(
                     text = text if line_end is None else text[:line_end]
                     early = True
                     break
-            if mark is None and clock() - generation_start > generation_budget:
+            if mark is None and clock() - generation_start > budget:
                 mark = before  # finish the word being written, then stop
             if mark is not None and (end := word_end(text, mark)) is not None:
                 text, early = text[:end], True

@@ -37,7 +37,7 @@ from structspec.completion.documents import uri_path
 from structspec.completion.snippets import Snippet
 from structspec.engine.decode import PASS_ROWS_RESERVE
 from structspec.model.base import Model
-from structspec.model.extras import threaded
+from structspec.model.extras import contended
 from structspec.syntax.table import GrammarTableError, load_table
 
 #: Characters per token assumed before anything is tokenized (code is ~3-4).
@@ -187,8 +187,7 @@ def contended_window(model: Model, max_tokens: int, window_tokens: int) -> int |
     widened at a keystroke. "Contended" is the thread governor's verdict: the
     next decode runs on fewer threads than the model has.
     """
-    threads = threaded(model)
-    if threads is None or threads.decode_threads >= threads.threads:
+    if not contended(model):
         return None
     return max(1, window_budget(prompt_room(model, max_tokens), window_tokens) // 2)
 

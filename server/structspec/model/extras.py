@@ -106,6 +106,16 @@ def threaded(model: Model) -> ThreadedModel | None:
     return model if isinstance(model, ThreadedModel) else None
 
 
+def contended(model: Model) -> bool:
+    """Other processes hold the cores: the next decode runs on fewer threads than the model has.
+
+    The thread governor's verdict (``model/threads.py``); ``False`` for a model
+    whose thread count does not change.
+    """
+    threads = threaded(model)
+    return threads is not None and threads.decode_threads < threads.threads
+
+
 def kv_slots(model: Model) -> SlottedModel | None:
     """``model`` as a ``SlottedModel`` when it is one, else ``None``."""
     return model if isinstance(model, SlottedModel) else None
