@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import ctypes
 
+import llama_cpp
 import numpy as np
 import pytest
 from tests.helpers.fim_gguf import write_tiny_fim_gguf
 
 from structspec.model import head as native
+from structspec.model.base import Interrupt, Interrupted
 from structspec.model.llama import LlamaModel
 
 needs_kernel = pytest.mark.skipif(
@@ -80,6 +82,20 @@ def test_head_buffer_is_reused_and_rows_past_the_last_call_are_not_returned():
 
 
 @needs_kernel
+def test_the_kernel_stops_when_its_flag_is_set():
+    rng = np.random.default_rng(3)
+    raw, q, d = _random_q8_0(rng, 4000, 64)
+    head = native.NativeHead.from_q8_0(raw, 4000, 64)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    flag = Interrupt()
+    got = head.logits(x, 2, flag.address)
+    assert got is not None  # not set: the whole product
+    np.testing.assert_allclose(got, _reference_logits(q, d, x), atol=1e-4 * np.abs(got).max())
+    flag.set()
+    assert head.logits(x, 2, flag.address) is None
+
+
+@needs_kernel
 def test_bad_shapes_are_refused():
     rng = np.random.default_rng(2)
     raw, _, _ = _random_q8_0(rng, 16, 64)
@@ -134,6 +150,37 @@ def test_a_q8_0_head_is_computed_by_the_kernel_and_agrees_with_llama_cpp(tmp_pat
         model.close()
 
 
+@needs_kernel
+def test_an_interrupt_during_the_head_leaves_the_cache_as_before_the_pass(tmp_path, monkeypatch):
+    """Interrupted between the layers and the kernel: ``Interrupted``, no row of the pass kept."""
+    vocab = write_tiny_fim_gguf(tmp_path / "tiny.gguf", "qwen", head="q8_0")
+    model = _load(vocab.path)
+    try:
+        assert model.head == "structspec"
+        prompt = model.tokenize("def f(x):\n    return x")
+        rows = model.tokenize(" + 1\n", add_bos=False)
+        model.prefill(prompt)
+        want = np.array(model.verify(rows).logits[:])
+        model.truncate(len(prompt))
+        stop, real = Interrupt(), native.NativeHead.logits
+
+        def interrupted_meanwhile(self, hidden, threads, flag=None):
+            stop.set()  # the layers are done: the flag is set as the kernel starts
+            return real(self, hidden, threads, flag)
+
+        monkeypatch.setattr(native.NativeHead, "logits", interrupted_meanwhile)
+        with model.interrupted_by(stop), pytest.raises(Interrupted):
+            model.verify(rows)
+        monkeypatch.undo()
+        assert list(model.cached_tokens) == prompt
+        memory, seq = model._mem, model._slot.seq  # llama.cpp's own KV cache agrees
+        assert llama_cpp.llama_memory_seq_pos_max(memory, seq) == len(prompt) - 1
+        again = np.array(model.verify(rows).logits[:])  # the KV cache holds no row of that pass
+        np.testing.assert_allclose(again, want, atol=1e-3 * np.abs(want).max())
+    finally:
+        model.close()
+
+
 def test_llama_cpp_keeps_the_head_where_the_kernel_does_not_apply(tmp_path, monkeypatch):
     f32 = write_tiny_fim_gguf(tmp_path / "f32.gguf", "qwen", head="f32").path
     capped = write_tiny_fim_gguf(tmp_path / "capped.gguf", "qwen", head="q8_0", softcap=30.0).path
@@ -162,8 +209,8 @@ def test_a_disagreeing_kernel_is_not_used(tmp_path, monkeypatch):
     path = write_tiny_fim_gguf(tmp_path / "tiny.gguf", "qwen", head="q8_0").path
     real = native.NativeHead.logits
 
-    def off_by_one(self, hidden, threads):
-        return real(self, hidden, threads) + 1.0
+    def off_by_one(self, hidden, threads, stop=None):
+        return real(self, hidden, threads, stop) + 1.0
 
     monkeypatch.setattr(native.NativeHead, "logits", off_by_one)
     _assert_llama_cpp_head(path)

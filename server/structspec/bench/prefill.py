@@ -13,7 +13,10 @@ window cap" table of ``docs/MEASUREMENTS.md``.
 Then how long a keystroke that comes ``KEYSTROKE_AFTER_S`` into a pre-warm
 chunk waits for the worker: until the chunk ends, or, with the background
 job's ``Interrupt`` set at the keystroke, until llama.cpp stops the decode
-(``docs/MEASUREMENTS.md``, "Interrupting background work").
+(``docs/MEASUREMENTS.md``, "Interrupting background work"); and the same for
+keystrokes spread through a verification pass of ``PASS_ROWS`` rows, as
+pre-generation runs them (with structspec's output head, the pass ends in
+its kernel, which reads the flag too).
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ import contextlib
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from structspec.completion.prewarm import PREFILL_CHUNK, PREWARM_IDLE_S, prefill_in_chunks
 from structspec.model.base import Interrupt, Interrupted, Model
-from structspec.model.extras import interrupted_by
+from structspec.model.extras import gguf_extras, interrupted_by
 from structspec.runtime import open_model
 
 #: Window lengths measured (tokens).
@@ -37,6 +41,10 @@ LENGTHS = (512, 1024, 1536, 2048, 3072, 3968)
 IDLE_S = 3.0
 #: Seconds into a pre-warm chunk at which the measured keystroke comes.
 KEYSTROKE_AFTER_S = 0.05
+#: Rows of the measured verification pass (a drafted pass of pre-generation).
+PASS_ROWS = 8
+#: When the measured keystrokes come, as shares of the pass (evenly through it).
+PASS_KEYSTROKES = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 
 def code_tokens(model: Model, n: int) -> list[int]:
@@ -53,19 +61,20 @@ def time_prefill(model: Model, tokens: list[int]) -> float:
     return (time.perf_counter() - t0) * 1000.0
 
 
-def keystroke_wait(model: Model, chunk: list[int], interrupt: bool) -> float:
-    """Milliseconds a keystroke ``KEYSTROKE_AFTER_S`` into a prefill of ``chunk`` waits for it."""
-    model.prefill(chunk[-1:])
+def keystroke_wait(
+    model: Model, work: Callable[[], object], after_s: float, interrupt: bool
+) -> float:
+    """Milliseconds a keystroke ``after_s`` into ``work`` (on a worker thread) waits for it."""
     stop, done = Interrupt(), threading.Event()
 
-    def work() -> None:
+    def run() -> None:
         with interrupted_by(model, stop), contextlib.suppress(Interrupted):
-            model.prefill(chunk)
+            work()
         done.set()
 
-    worker = threading.Thread(target=work)
+    worker = threading.Thread(target=run)
     worker.start()
-    time.sleep(KEYSTROKE_AFTER_S)
+    time.sleep(after_s)
     t0 = time.perf_counter()
     if interrupt:
         stop.set()
@@ -73,6 +82,18 @@ def keystroke_wait(model: Model, chunk: list[int], interrupt: bool) -> float:
     waited = (time.perf_counter() - t0) * 1000.0
     worker.join()
     return waited
+
+
+def waits(
+    model: Model, work: Callable[[], object], reset: Callable[[], object], after_s: float, n: int
+) -> dict[bool, float]:
+    """Median ``keystroke_wait`` without and with the interrupt, ``n`` of each, interleaved."""
+    seen: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(n):
+        for interrupt in (False, True):
+            reset()
+            seen[interrupt].append(keystroke_wait(model, work, after_s, interrupt))
+    return {k: statistics.median(v) for k, v in seen.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,16 +121,43 @@ def main(argv: list[str] | None = None) -> int:
         ms = statistics.median(times[n])
         left = max(0.0, ms - budget_ms)
         print(f"| {n} | {ms:.1f} | {n / max(ms, 1e-3) * 1000.0:.0f} | {left:.0f} |")
+    n = max(3, args.repeat)
     chunk = tokens[:PREFILL_CHUNK]  # one chunk of code, as pre-warm evaluates it
-    waits: dict[bool, list[float]] = {False: [], True: []}
-    for _ in range(max(3, args.repeat)):
-        for interrupt in (False, True):
-            waits[interrupt].append(keystroke_wait(model, chunk, interrupt))
+    chunk_waits = waits(
+        model,
+        lambda: model.prefill(chunk),
+        lambda: model.prefill(chunk[-1:]),  # nothing of the chunk cached
+        KEYSTROKE_AFTER_S,
+        n,
+    )
     print(
         f"a keystroke {KEYSTROKE_AFTER_S * 1000:.0f} ms into a pre-warm chunk of {len(chunk)} "
-        f"tokens waits for the worker (median of {len(waits[True])}): "
-        f"{statistics.median(waits[False]):.1f} ms to the chunk's end, "
-        f"{statistics.median(waits[True]):.1f} ms with the chunk interrupted"
+        f"tokens waits for the worker (median of {n}): "
+        f"{chunk_waits[False]:.1f} ms to the chunk's end, "
+        f"{chunk_waits[True]:.1f} ms with the chunk interrupted"
+    )
+    prompt, rows = tokens[:512], tokens[512 : 512 + PASS_ROWS]
+    model.prefill(prompt)
+    passes = []
+    for _ in range(11):
+        t0 = time.perf_counter()
+        model.verify(rows)
+        passes.append(time.perf_counter() - t0)
+        model.truncate(len(prompt))
+    pass_s = statistics.median(passes[1:])  # the first warms up
+    waited: dict[bool, list[float]] = {False: [], True: []}
+    for at in PASS_KEYSTROKES:
+        for interrupt, ms in waits(
+            model, lambda: model.verify(rows), lambda: model.truncate(len(prompt)), at * pass_s, n
+        ).items():
+            waited[interrupt].append(ms)
+    extras = gguf_extras(model)
+    print(
+        f"a keystroke during a verification pass of {PASS_ROWS} rows ({pass_s * 1000:.1f} ms; "
+        f"{extras.head if extras else 'llama.cpp'}'s output head) waits for the worker "
+        f"(mean over keystrokes at {', '.join(f'{a:.0%}' for a in PASS_KEYSTROKES)} of it, "
+        f"median of {n} each): {statistics.fmean(waited[False]):.1f} ms to the pass's end, "
+        f"{statistics.fmean(waited[True]):.1f} ms with the pass interrupted"
     )
     return 0
 

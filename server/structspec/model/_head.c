@@ -113,6 +113,7 @@ typedef struct {
     int64_t group_begin, group_end, nb, cols, rows, n;
     quantized_rows x;
     float *out;         /* n x rows */
+    const volatile char *stop; /* a flag another thread may set; NULL: never */
 } head_job;
 
 int ss_head_simd(void) {
@@ -214,16 +215,22 @@ static SS_TARGET void group_rows(const head_job *job, int64_t g, float *last) {
 
 static void run_groups(const head_job *job) {
     float last[TILE * GROUP];
-    for (int64_t g = job->group_begin; g < job->group_end; g++) group_rows(job, g, last);
+    for (int64_t g = job->group_begin; g < job->group_end; g++) {
+        if (job->stop && *job->stop) return; /* one byte read per 16 vocabulary rows */
+        group_rows(job, g, last);
+    }
 }
 #endif
 
 /* logits (n x rows, row-major) = the n hidden-state rows x (n x cols) times
  * the packed matrix, on `threads` threads (the calling one included).
  * `scratch` holds n * (cols + 8 * cols / 32) bytes for the quantized rows.
- * Returns 0, or -1 when the arguments are invalid or the CPU lacks the kernel. */
+ * `stop` (NULL: never) is a flag byte another thread may set: the threads then
+ * leave their groups unfinished, so that abandoned work ends within one group.
+ * Returns 0; 1 when `stop` was set (the logits are incomplete); -1 when the
+ * arguments are invalid or the CPU lacks the kernel. */
 int ss_head_logits(const void *packed, int64_t rows, int64_t cols, const float *x, int64_t n,
-                   float *out, void *scratch, int threads) {
+                   float *out, void *scratch, int threads, const char *stop) {
 #if SS_X86
     if (!ss_head_simd() || !ss_head_packed_bytes(rows, cols) || n <= 0) return -1;
     const int64_t nb = cols / QK;
@@ -243,7 +250,7 @@ int ss_head_logits(const void *packed, int64_t rows, int64_t cols, const float *
             .group_begin = groups * t / threads,
             .group_end = groups * (t + 1) / threads,
             .nb = nb, .cols = cols, .rows = rows, .n = n,
-            .x = {q, d, s}, .out = out,
+            .x = {q, d, s}, .out = out, .stop = stop,
         };
     }
     /* OpenMP, as llama.cpp's CPU backend: its worker threads wait spinning for
@@ -251,10 +258,10 @@ int ss_head_logits(const void *packed, int64_t rows, int64_t cols, const float *
      * the cores with them; the same runtime hands this loop to those threads. */
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
     for (int t = 0; t < threads; t++) run_groups(&jobs[t]);
-    return 0;
+    return stop && *(const volatile char *)stop ? 1 : 0;
 #else
     (void)packed; (void)rows; (void)cols; (void)x; (void)n; (void)out; (void)scratch;
-    (void)threads;
+    (void)threads; (void)stop;
     return -1;
 #endif
 }

@@ -48,8 +48,11 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "ss_head_packed_bytes": (ctypes.c_size_t, [_i64, _i64]),
     "ss_head_pack": (ctypes.c_int, [_ptr, _i64, _i64, _ptr]),
     "ss_head_simd": (ctypes.c_int, []),
-    # packed, rows, cols, hidden states, n, logits out, scratch, threads
-    "ss_head_logits": (ctypes.c_int, [_ptr, _i64, _i64, _ptr, _i64, _ptr, _ptr, ctypes.c_int]),
+    # packed, rows, cols, hidden states, n, logits out, scratch, threads, stop flag
+    "ss_head_logits": (
+        ctypes.c_int,
+        [_ptr, _i64, _i64, _ptr, _i64, _ptr, _ptr, ctypes.c_int, _ptr],
+    ),
 }
 
 
@@ -224,10 +227,15 @@ class NativeHead:
         blocks = np.memmap(path, dtype=np.uint8, mode="r", offset=start, shape=(size,))
         return cls.from_q8_0(blocks, n_vocab, n_embd)
 
-    def logits(self, hidden: np.ndarray, threads: int) -> np.ndarray:
+    def logits(
+        self, hidden: np.ndarray, threads: int, stop: int | None = None
+    ) -> np.ndarray | None:
         """``hidden`` (``n x cols`` float32) times the matrix: ``n x rows`` logits.
 
         The array returned is this head's buffer, overwritten by the next call.
+        ``stop`` is the address of a flag byte (``Interrupt.address``) another
+        thread may set: the kernel then stops within a group of 16 vocabulary
+        rows and ``None`` is returned.
         """
         n = len(hidden)
         x = np.ascontiguousarray(hidden, dtype=np.float32)
@@ -246,7 +254,10 @@ class NativeHead:
             out.ctypes.data,
             self._scratch.ctypes.data,
             max(1, threads),
+            stop,
         )
+        if rc == 1:
+            return None
         if rc != 0:
             raise RuntimeError("structspec's head kernel failed")
         return out

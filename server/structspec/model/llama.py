@@ -32,10 +32,11 @@ matrix multiply costs as much per drafted row as a whole one-token pass.
 ``head`` names the code in use: ``"structspec"`` or ``"llama.cpp"``.
 
 Interruption: inside ``interrupted_by(stop)`` llama.cpp's abort callback reads
-``stop``'s flag after every node of the graph, so a decode stops within a
-millisecond of ``stop.set()`` from another thread; llama.cpp then removes the
-batch's positions from the KV cache, and ``Interrupted`` is raised with the
-slot as it was before that decode.
+``stop``'s flag after every node of the graph, and structspec's head kernel
+after every 16 vocabulary rows, so a decode stops within a millisecond of
+``stop.set()`` from another thread; the batch's positions then leave the KV
+cache, and ``Interrupted`` is raised with the slot as it was before that
+decode.
 """
 
 from __future__ import annotations
@@ -584,12 +585,15 @@ class LlamaModel:
         if not self._pinned:
             self.governor.observe(threads, time.perf_counter() - wall, time.process_time() - cpu)
         if rc != 0:
-            # Leave the slot consistent: drop whatever this batch may have added.
-            self._llama.llama_memory_seq_rm(self._mem, seq, start, -1)
-            del self._slot.tokens[start:]
+            self._drop_from(start)  # leave the slot consistent
             if rc == 2 and self._interrupt is not None and self._interrupt.is_set():
                 raise Interrupted("the decode was interrupted")
             raise ModelError(f"llama_decode failed with status {rc}")
+
+    def _drop_from(self, start: int) -> None:
+        """Drop whatever a batch at ``start`` may have added to the current slot."""
+        self._llama.llama_memory_seq_rm(self._mem, self._slot.seq, start, -1)
+        del self._slot.tokens[start:]
 
     def _select_slot(self, tokens: Sequence[int]) -> int:
         best, best_len = self._slot, common_prefix_len(self._slot.tokens, tokens)
@@ -659,7 +663,9 @@ class LlamaModel:
 
         With structspec's head the decode stops at the hidden states and the
         kernel computes the logits. Should the callback not capture them,
-        llama.cpp has run its own head and its logits are read instead.
+        llama.cpp has run its own head and its logits are read instead. The
+        kernel reads the ``interrupted_by`` flag too: interrupted there, the
+        batch's rows leave the KV cache as they do when llama.cpp aborts.
         """
         head, hidden = self._head, self._hidden
         if head is None or hidden is None:
@@ -672,7 +678,12 @@ class LlamaModel:
             states = hidden.take()
         if states is None:
             return self._rows(len(tokens))
-        return head.logits(states, self._threads_now)
+        stop = self._interrupt
+        logits = head.logits(states, self._threads_now, stop.address if stop else None)
+        if logits is None:
+            self._drop_from(start)
+            raise Interrupted("the decode was interrupted")
+        return logits
 
     def truncate(self, n: int) -> None:
         slot = self._slot
