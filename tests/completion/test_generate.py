@@ -123,16 +123,25 @@ def test_past_the_generation_budget_the_word_being_written_is_finished() -> None
     assert whole.text == line.rstrip("\n")
 
 
-class ThreadedScriptedModel(ScriptedModel):
-    """``ScriptedModel`` on two threads whose governor has set ``decode_threads``."""
+class OnTwoThreads:
+    """Makes a stand-in a ``ThreadedModel`` on two threads.
 
-    def __init__(self, script: str, decode_threads: int) -> None:
-        super().__init__(script)
-        self.threads = 2
-        self.decode_threads = decode_threads
+    A test sets ``decode_threads`` as the governor would (1: other processes took a core).
+    """
+
+    threads = 2
+    decode_threads = 2
 
     def threads_pinned(self, threads: int):
         return contextlib.nullcontext()
+
+
+class ThreadedScriptedModel(OnTwoThreads, ScriptedModel):
+    """``ScriptedModel`` on two threads."""
+
+
+class ThreadedStandIn(OnTwoThreads, StandInModel):
+    """The stand-in on two threads."""
 
 
 def test_the_generation_budget_halves_while_the_cores_are_contended() -> None:
@@ -142,8 +151,8 @@ def test_the_generation_budget_halves_while_the_cores_are_contended() -> None:
     settings = Settings(
         model="standin", max_tokens=96, max_generation_ms=80, speculative=False, sources=("lookup",)
     )
-    quiet_model = ThreadedScriptedModel(line, decode_threads=2)
-    loaded_model = ThreadedScriptedModel(line, decode_threads=1)
+    quiet_model, loaded_model = ThreadedScriptedModel(line), ThreadedScriptedModel(line)
+    loaded_model.decode_threads = 1
     assert generation_budget(quiet_model, settings) == 0.08
     assert generation_budget(loaded_model, settings) == 0.04
     assert generation_budget(ScriptedModel(line), settings) == 0.08  # no governor: never contended
@@ -287,18 +296,6 @@ def test_a_block_keeps_its_lines_before_a_loop() -> None:
 
     whole = outcome.continuation.extended(ext)
     assert clean(whole.text, cursor, BLOCK) == "x = 1"  # the looping line is not offered
-
-
-class ThreadedStandIn(StandInModel):
-    """A stand-in on two threads whose governor has set ``decode_threads`` (a ``ThreadedModel``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.threads = 2
-        self.decode_threads = 2
-
-    def threads_pinned(self, threads: int):
-        return contextlib.nullcontext()
 
 
 #: 40 lines of 10 tokens (the stand-in's tokens are characters), cursor at the end.
