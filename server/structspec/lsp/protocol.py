@@ -207,11 +207,10 @@ class StructspecProtocol(PyglsProtocol):
 
         Called on the event loop (requests to the client are sent by handlers).
         """
+        loop = asyncio.get_running_loop()  # raises before anything is sent or kept
         msg_id = str(uuid.uuid4()) if msg_id is None else msg_id
         future = super().send_request(method, params, callback, msg_id)
-        timer = asyncio.get_running_loop().call_later(
-            CLIENT_REQUEST_TIMEOUT_S, self._give_up, msg_id, method
-        )
+        timer = loop.call_later(CLIENT_REQUEST_TIMEOUT_S, self._give_up, msg_id, method)
         future.add_done_callback(lambda _: timer.cancel())
         return future
 

@@ -37,8 +37,9 @@ from pygls.protocol.json_rpc import JsonRPCProtocol
 
 _ABSENT = object()
 
-#: The logger pygls reports a message that does not fit the LSP types to.
-RPC_LOGGER = "pygls.protocol.json_rpc"
+#: The logger pygls reports a message that does not fit the LSP types to (its
+#: module's ``getLogger(__name__)``).
+RPC_LOGGER = JsonRPCProtocol.__module__
 #: How that report begins (pygls adds a traceback).
 DESERIALIZE_FAILURE = "Unable to deserialize message"
 
