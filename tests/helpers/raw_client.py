@@ -175,6 +175,11 @@ class RawClient:
         with self._cond:
             return [m for m in self.received if "method" not in m]
 
+    def server_requests(self, method: str) -> list[dict[str, Any]]:
+        """The requests named ``method`` that the server sent so far."""
+        with self._cond:
+            return [m for m in self.received if m.get("method") == method and "id" in m]
+
     def messages_shown(self) -> list[str]:
         with self._cond:
             return [
