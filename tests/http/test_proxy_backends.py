@@ -203,12 +203,18 @@ def test_odd_stream_lines_are_relayed_and_the_stream_ends(proxy: ServeProcess, o
 @pytest.mark.parametrize(
     ("answer", "counted"),
     [
-        ('{"usage": {"completion_tokens": 1e400, "prompt_tokens": 3}}', 0),
-        ('{"usage": {"completion_tokens": -5, "prompt_tokens": 2}}', 0),
-        ('{"usage": {"completion_tokens": true, "prompt_tokens": 2}}', 0),
-        ('{"usage": {"completion_tokens": 4, "prompt_tokens": 1e400}}', 4),
-        ('{"usage": {"completion_tokens": 4, "prompt_tokens": 1' + "0" * 5000 + "}}", 0),
-        ('{"usage": ' + "[" * 50_000 + "]" * 50_000 + "}", 0),
+        pytest.param('{"usage": {"completion_tokens": 1e400, "prompt_tokens": 3}}', 0, id="inf"),
+        pytest.param('{"usage": {"completion_tokens": -5, "prompt_tokens": 2}}', 0, id="negative"),
+        pytest.param('{"usage": {"completion_tokens": true, "prompt_tokens": 2}}', 0, id="bool"),
+        pytest.param(
+            '{"usage": {"completion_tokens": 4, "prompt_tokens": 1e400}}', 4, id="inf-prompt"
+        ),
+        pytest.param(
+            '{"usage": {"completion_tokens": 4, "prompt_tokens": 1' + "0" * 5000 + "}}",
+            0,
+            id="huge-int",
+        ),
+        pytest.param('{"usage": ' + "[" * 50_000 + "]" * 50_000 + "}", 0, id="deep"),
     ],
 )
 def test_odd_usage_is_relayed_and_not_counted(
