@@ -302,8 +302,10 @@ class ProxyApp:
                     code="backend_unreachable",
                 ),
             )
-        encoding = upstream.headers.get("content-encoding", "identity")
-        if any(c.strip().lower() not in DECODED_ENCODINGS for c in encoding.split(",")):
+        encoding = upstream.headers.get("content-encoding", "")
+        if any(
+            c.strip().lower() not in DECODED_ENCODINGS for c in encoding.split(",") if c.strip()
+        ):
             await upstream.aclose()
             return self._backend_fails(
                 endpoint,
@@ -381,7 +383,7 @@ class ProxyApp:
                             502,
                             f"the backend {self.backend} answered with more than "
                             f"{self.max_answer_bytes} bytes, the most this proxy relays in "
-                            'one answer that is not streamed (ask for "stream": true)',
+                            "one answer that is not streamed",
                             kind="server_error",
                             code="backend_answer_too_large",
                         )
