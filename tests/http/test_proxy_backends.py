@@ -10,10 +10,10 @@ its streams properly, and keep its memory and its metrics.
 
 from __future__ import annotations
 
-import gzip
 import json
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -112,13 +112,10 @@ class Backend(BaseHTTPRequestHandler):
             elif path == "/v1/gzip/completions":
                 # Compressed in spite of "accept-encoding: identity", flushed per event.
                 self._head("text/event-stream", ("Content-Encoding", "gzip"))
-                z = gzip.GzipFile(fileobj=(out := _Sink()), mode="wb")
+                gz = zlib.compressobj(wbits=31)
                 for event in sse(EVENT).split(b"\n\n")[:-1]:
-                    z.write(event + b"\n\n")
-                    z.flush()
-                    self._chunk(out.take())
-                z.close()
-                self._chunk(out.take())
+                    self._chunk(gz.compress(event + b"\n\n") + gz.flush(zlib.Z_SYNC_FLUSH))
+                self._chunk(gz.flush())
                 self._end()
             elif path == "/v1/brotli/models":
                 self._head("application/json", ("Content-Encoding", "br"))
@@ -131,23 +128,6 @@ class Backend(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         pass
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def write(self, b: bytes) -> int:
-        self.data += b
-        return len(b)
-
-    def flush(self) -> None:
-        pass
-
-    def take(self) -> bytes:
-        out = bytes(self.data)
-        self.data.clear()
-        return out
 
 
 @pytest.fixture(scope="module")
