@@ -19,9 +19,9 @@ from structspec.completion.documents import (
     Range,
     TextChange,
 )
+from structspec.completion.jobs import ADOPT_GRACE_S
 from structspec.completion.prompt import PromptBuilder, header_for, sanitize
 from structspec.completion.service import (
-    ADOPT_GRACE_S,
     CompletionRequest,
     CompletionService,
     Status,
