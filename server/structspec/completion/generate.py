@@ -26,7 +26,7 @@ behind it included), and ``continue_generation`` is pre-generation: it extends
 a continuation past what was shown, on the same KV slot, while the user reads.
 
 For the editor's draft sources it also passes what the enabled ones read
-(``inputs_for``, from the flags of ``structspec.sources``): the corpus, the
+(``draft_inputs``, as the entries of ``structspec.sources`` declare): the corpus, the
 text after the cursor and the document's latest generations; it returns this
 generation's own (``Outcome.generated``) for the next.
 """
@@ -204,16 +204,16 @@ class DraftInputs:
     recent: Sequence[tuple[int, ...]] = ()
 
 
-def inputs_for(settings: Settings) -> EditorInputs:
-    """What the enabled draft sources read from the editor (nothing without speculation)."""
-    return editor_inputs(settings.source_names()) if settings.speculative else EditorInputs()
-
-
 def draft_inputs(
     model: Model, corpus: CorpusCache, job: CompletionInput, prompt: Prompt | None = None
 ) -> DraftInputs:
-    """Gather what the enabled sources read: the corpus (given the ``prompt``), suffix, recent."""
-    wanted = inputs_for(job.settings)
+    """Gather what the enabled sources read: the corpus (given the ``prompt``), suffix, recent.
+
+    Which of them is read is the sources' declaration (``structspec.sources``);
+    without speculation no source runs and nothing is gathered.
+    """
+    settings = job.settings
+    wanted = editor_inputs(settings.source_names()) if settings.speculative else EditorInputs()
     tokens_corpus: list[list[int]] = []
     if wanted.corpus and prompt is not None:
         tokens_corpus = corpus.collect(
@@ -260,8 +260,8 @@ def run_completion(
     if not _prefill_within_budget(model, prompt, job, cancelled, clock):
         return Outcome(cancelled=cancelled(), cut=prompt.cut, unfinished=not cancelled())
     generation_start = clock()
-    generation, options = _start(engine, prompt, job, inputs, cancelled)
     budget = generation_budget(model, settings)
+    generation, options = _start(engine, prompt, job, inputs, cancelled)
     text, early = _write(
         generation, job.cursor, lambda: clock() - generation_start > budget, progress
     )

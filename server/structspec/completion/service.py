@@ -101,7 +101,6 @@ class CompletionService:
         self._warm_queued = False
         self._status = StatusBoard(self.stats, on_status, on_message)
         self._worker = Worker(self._status, open_model, load_engine)
-        self._host = self._worker.host
         self._background = Background(
             self._worker,
             self.documents,
@@ -245,7 +244,7 @@ class CompletionService:
             return None
         settings = self.settings
         try:
-            engine = self._host.engine_for(settings)
+            engine = self._worker.host.engine_for(settings)
             if settings.token_healing:
                 vocab_index(engine.model)  # built once per model: no request pays for it
         except ModelError as exc:
