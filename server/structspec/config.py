@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-# The draft sources' names come from their registry (which imports nothing of structspec).
-from structspec.drafts.registry import SOURCE_NAMES as SOURCE_NAMES
-from structspec.drafts.registry import resolve_sources as resolve_sources
+# The draft sources' names come from their table (plain data, on this layer).
+from structspec.sources import SOURCE_NAMES as SOURCE_NAMES
+from structspec.sources import resolve_sources as resolve_sources
 
 
 def _default_threads() -> int:
