@@ -20,7 +20,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
         "__init__ errors config",
-        "model",
+        "model backends",
         "syntax",
         "drafts",
         "engine",
