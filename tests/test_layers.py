@@ -32,8 +32,11 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
 )
 RANK = {name: rank for rank, layer in enumerate(LAYERS) for name in layer}
 #: Modules any layer may import: they import nothing of structspec when loaded
-#: (the draft-source registry, so that ``config`` takes the source names from it).
-LEAVES = frozenset({"structspec.drafts.registry"})
+#: (the draft-source registry, so that ``config`` takes the source names from it; the
+#: backend URL and FIM template parsers, so that ``config`` checks those settings).
+LEAVES = frozenset(
+    {"structspec.drafts.registry", "structspec.backends.address", "structspec.backends.fim"}
+)
 
 
 def _module_name(path: Path) -> str:

@@ -132,9 +132,11 @@ def _handler(fake: FakeBackend) -> type[BaseHTTPRequestHandler]:
 
         def _pieces(self) -> Iterator[str]:
             b = fake.behaviour
-            if b.endless:
+            if b.endless:  # distinct words: not a loop the client would cut
+                n = 0
                 while True:
-                    yield "x "
+                    yield f"t{n} "
+                    n += 1
             words = b.answer.split(" ")
             for i, word in enumerate(words):
                 yield word + (" " if i < len(words) - 1 else "")

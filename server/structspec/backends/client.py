@@ -44,10 +44,10 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from structspec.backends.address import split_url
 from structspec.backends.fim import FimTemplate, template_for
 
 #: Protocols in the order they are tried, and their endpoints.
@@ -65,15 +65,6 @@ TITLES: dict[str, str] = {
     "ollama": "Ollama /api/generate",
     "openai": "OpenAI-compatible /v1/completions",
 }
-#: A URL path naming one protocol pins it (the rest of the path is the base).
-PINNED_PATHS: dict[str, str] = {
-    "/infill": "infill",
-    "/completion": "completion",
-    "/api/generate": "ollama",
-    "/v1/completions": "openai",
-    "/v1": "openai",
-}
-
 #: Longest line of a streamed answer, whole answer, and error body read (bytes).
 MAX_LINE = 1 << 20
 MAX_RESPONSE = 8 << 20
@@ -118,19 +109,6 @@ class RemoteRequest:
     stop: tuple[str, ...] = ()
     document: str = ""
     extra: tuple[tuple[str, str], ...] = ()
-
-
-def split_url(url: str) -> tuple[str, str | None]:
-    """``(base URL, pinned protocol or None)``; ``ValueError`` for a URL that is not http(s)."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"backend must be an http:// or https:// URL, not {url!r}")
-    path = parts.path.rstrip("/")
-    for suffix, protocol in PINNED_PATHS.items():
-        if path.endswith(suffix):
-            path = path[: -len(suffix)]
-            return urlunsplit((parts.scheme, parts.netloc, path, "", "")), protocol
-    return urlunsplit((parts.scheme, parts.netloc, path, "", "")), None
 
 
 def _tls_error(exc: BaseException) -> BaseException | None:
@@ -191,6 +169,7 @@ class RemoteBackend:
         self._total_slots: int | None = None  # None: not asked yet; 0: no slots
         self._failures = 0
         self._retry_at = 0.0
+        self._answered = False  # a protocol answered 200 (``name`` names it)
         #: The model whose prompt went without a FIM template (noted once it is answered).
         self._missing_template: str | None = None
 
@@ -202,9 +181,10 @@ class RemoteBackend:
 
     @property
     def name(self) -> str:
-        """For the status: the protocol, the URL and the model when known."""
+        """For the status: the protocol once one answered, the URL, the model when known."""
         model = f" ({self.model})" if self.model else ""
-        return f"{TITLES[self.protocol]} at {self.base}{model}"
+        what = f"{TITLES[self.protocol]} at " if self._answered else ""
+        return f"{what}{self.base}{model}"
 
     def _note(self, message: str) -> None:
         if message not in self._noted:
@@ -276,6 +256,7 @@ class RemoteBackend:
                 self._failures, self._retry_at = 0, 0.0
                 if response.status_code != 200:
                     raise await self._refusal(protocol, url, response)
+                self._answered = True
                 self._note_missing_template()
                 async with contextlib.aclosing(_decode(protocol, url, response)) as objects:
                     async for data in objects:
@@ -287,6 +268,8 @@ class RemoteBackend:
                             return
         except httpx.TransportError as exc:
             raise self._transport_error(url, exc) from None
+        except httpx.HTTPError as exc:  # a body that cannot be decoded, a bad redirect...
+            raise BackendError(f"structspec: {url}: {exc!r}") from None
 
     def _transport_error(self, url: str, exc: httpx.TransportError) -> BackendError:
         tls = _tls_error(exc)

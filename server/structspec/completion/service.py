@@ -719,6 +719,8 @@ class CompletionService:
         loop = self._loop
         if loop is None or loop.is_closed() or self._closed or not self.settings.prefix_reuse:
             return
+        if self.settings.backend:  # the remote server keeps its own prompt cache
+            return
         self._abandon_background()
         self._background_timer = loop.call_later(PREWARM_IDLE_S, self._start_prewarm, uri, offset)
 
@@ -928,6 +930,9 @@ class CompletionService:
         self._warm_queued = False
         if self._closed:
             return None
+        if self.settings.backend:  # a remote engine: nothing to load (completion/remote.py)
+            self._host.remote_for(self.settings)
+            return None
         try:
             engine = self._host.engine_for(self.settings)
             if self.settings.token_healing:
@@ -981,6 +986,8 @@ class CompletionService:
         if job.cancelled() or self._closed:
             return Outcome(cancelled=True)
         host = self._host
+        if job.input.settings.backend:  # completion/remote.py
+            return host.complete_remotely(job.input, cancelled=job.cancelled, progress=job.wrote)
         try:
             engine = host.engine_for(job.input.settings)
         except ModelError:

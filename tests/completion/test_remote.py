@@ -1,0 +1,171 @@
+"""The completion service through a remote backend: real HTTP, the editor machinery kept.
+
+The backend is ``tests.helpers.fake_backends`` (a real HTTP server speaking
+llama-server's, Ollama's and the OpenAI protocols); the service must never
+open a local model while ``backend`` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import pytest
+from tests.completion.test_prewarm import wait_for
+from tests.helpers.fake_backends import Behaviour, FakeBackend
+
+from structspec.completion.documents import Range, TextChange
+from structspec.completion.remote import text_window
+from structspec.completion.service import CompletionRequest, CompletionService, Status
+from structspec.config import Settings
+
+TEXT = "def add(a, b):\n    return a + b\n\nx = add(1, 2)\ny = "
+END = CompletionRequest("u", 4, 4)
+
+
+def no_local_model(spec: str, **kwargs: Any) -> Any:
+    raise AssertionError("a local model was opened although `backend` is set")
+
+
+def service(
+    url: str, **settings: Any
+) -> tuple[CompletionService, list[Status], list[tuple[str, str]]]:
+    statuses: list[Status] = []
+    messages: list[tuple[str, str]] = []
+    base: dict[str, Any] = dict(backend=url, debounce_ms=0, max_tokens=32, max_latency_ms=10_000)
+    base.update(settings)
+    svc = CompletionService(
+        Settings(**base),
+        on_status=statuses.append,
+        on_message=lambda level, text: messages.append((level, text)),
+        open_model=no_local_model,
+    )
+    return svc, statuses, messages
+
+
+def test_completes_through_the_backend_and_types_through_without_a_request() -> None:
+    async def scenario() -> None:
+        with FakeBackend() as server:
+            svc, statuses, messages = service(server.url)
+            svc.configure(svc.settings)
+            svc.open_document("u", "python", 1, TEXT)
+            first = await svc.complete(END)
+            assert first is not None and first.text == "add(3, 4)" and first.source == "model"
+            (seen,) = server.posts("/infill")
+            assert seen.body["input_prefix"] == TEXT and seen.body["stop"] == ["\n"]
+            status = svc.status()
+            assert status.model == f"llama-server /infill at {server.url}"
+            assert status.last_latency_ms is not None and status.tokens_per_second is not None
+            # Typing what the suggestion says: answered from it, no request.
+            svc.change_document("u", 2, [TextChange("ad", Range(4, 4, 4, 4))])
+            second = await svc.complete(CompletionRequest("u", 4, 6))
+            assert second is not None and second.text == "d(3, 4)" and second.source == "cache"
+            assert len(server.posts("/infill")) == 1
+            assert not [m for m in messages if m[0] == "error"]
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_new_keystroke_closes_the_stream_in_flight() -> None:
+    async def scenario() -> None:
+        behaviour = Behaviour(endless=True, chunk_delay=0.01)
+        with FakeBackend(behaviour) as server:
+            svc, _, _ = service(server.url, max_tokens=4000, max_generation_ms=600_000)
+            svc.open_document("u", "python", 1, TEXT)
+            task = asyncio.ensure_future(svc.complete(END))
+            await wait_for(lambda: bool(server.requests))
+            svc.change_document("u", 2, [TextChange("q", Range(4, 4, 4, 4))])
+            behaviour.endless = False
+            second = await svc.complete(CompletionRequest("u", 4, 5))
+            assert await task is None  # superseded
+            assert server.closed.is_set(), "the server kept generating for a stale request"
+            assert second is not None and second.text == "add(3, 4)"
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_request_is_reported_once_and_clears_when_fixed() -> None:
+    async def scenario() -> None:
+        with FakeBackend(Behaviour(api_key="k")) as server:
+            svc, statuses, messages = service(server.url)
+            svc.open_document("u", "python", 1, TEXT)
+            assert await svc.complete(END) is None
+            assert await svc.complete(CompletionRequest("u", 4, 4, invoked=True)) is None
+            errors = [text for level, text in messages if level == "error"]
+            assert len(errors) == 1 and "backendApiKey" in errors[0]
+            assert svc.status().state == "error" and "401" in svc.status().message
+            server.behaviour.api_key = ""  # the server's key requirement lifted
+            svc._sessions["u"].pending = None
+            answer = await svc.complete(CompletionRequest("u", 4, 4, invoked=True))
+            assert answer is not None and answer.text == "add(3, 4)"
+            assert svc.status().state != "error"
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_unreachable_backend_names_the_url_in_the_status() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+
+    async def scenario() -> None:
+        svc, _, messages = service(url)
+        svc.open_document("u", "python", 1, TEXT)
+        assert await svc.complete(END) is None
+        assert await svc.complete(CompletionRequest("u", 4, 4, invoked=True)) is None
+        status = svc.status()
+        assert status.state == "error" and url in status.message and "retrying" in status.message
+        assert len([m for m in messages if m[0] == "error"]) == 1
+        svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_fallback_is_said_once_as_a_warning() -> None:
+    async def scenario() -> None:
+        with FakeBackend(Behaviour(fim=False)) as server:
+            svc, _, messages = service(server.url, backend_model="qwen2.5-coder-7b")
+            svc.open_document("u", "python", 1, TEXT)
+            first = await svc.complete(END)
+            svc._sessions["u"].pending = None
+            await svc.complete(CompletionRequest("u", 4, 4, invoked=True))
+            assert first is not None and first.text == "add(3, 4)"
+            warnings = [text for level, text in messages if level == "warning"]
+            assert len(warnings) == 1 and "no FIM tokens" in warnings[0]
+            assert svc.status().model.startswith("llama-server /completion at ")
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_block_is_answered_with_its_first_line() -> None:
+    async def scenario() -> None:
+        answer = "\n    total = a + b\n    return total\n\nprint(1)\n"
+        with FakeBackend(Behaviour(answer=answer)) as server:
+            svc, _, _ = service(server.url)
+            text = "def add(a, b):"
+            svc.open_document("u", "python", 1, text)
+            got = await svc.complete(CompletionRequest("u", 0, len(text)))
+            assert got is not None and got.text == "\n    total = a + b"
+            assert server.posts("/infill")[0].body["stop"] == []
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("window_tokens", [8, 64])
+def test_the_prompt_window_is_stable_while_typing(window_tokens: int) -> None:
+    settings = Settings(window_tokens=window_tokens)
+    text = "".join(f"value_{i} = compute({i})\n" for i in range(100))
+    starts = set()
+    for extra in ("r", "re", "res", "resu", "resul"):
+        doc = text + extra
+        prefix, suffix = text_window(doc, len(doc), settings)
+        assert doc.endswith(prefix) and suffix == ""
+        assert len(prefix) <= window_tokens * 4 + len(extra)
+        starts.add(len(doc) - len(prefix))
+    assert len(starts) == 1
