@@ -76,7 +76,7 @@ def test_a_new_keystroke_closes_the_stream_in_flight() -> None:
             svc.open_document("u", "python", 1, TEXT)
             task = asyncio.ensure_future(svc.complete(END))
             await wait_for(lambda: bool(server.requests))
-            svc.change_document("u", 2, [TextChange("q", Range(4, 4, 4, 4))])
+            svc.change_document("u", 2, [TextChange(" ", Range(4, 4, 4, 4))])
             behaviour.endless = False
             second = await svc.complete(CompletionRequest("u", 4, 5))
             assert await task is None  # superseded
@@ -169,3 +169,28 @@ def test_the_prompt_window_is_stable_while_typing(window_tokens: int) -> None:
         assert len(prefix) <= window_tokens * 4 + len(extra)
         starts.add(len(doc) - len(prefix))
     assert len(starts) == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "healing", "expected", "sent"),
+    [
+        ("return a + b\n", True, "urn a + b", "def f(a, b):\n    "),  # the word, finished
+        ("pass\n", True, None, "def f(a, b):\n    "),  # another word: nothing
+        ("re", True, None, "def f(a, b):\n    "),  # stopped before the word was written
+        ("urn a\n", False, "urn a", "def f(a, b):\n    ret"),  # healing off: as typed
+    ],
+)
+def test_token_healing_backs_up_over_the_partial_word(
+    answer: str, healing: bool, expected: str | None, sent: str
+) -> None:
+    async def scenario() -> None:
+        with FakeBackend(Behaviour(answer=answer)) as server:
+            svc, _, _ = service(server.url, token_healing=healing)
+            text = "def f(a, b):\n    ret"
+            svc.open_document("u", "python", 1, text)
+            got = await svc.complete(CompletionRequest("u", 1, 7))
+            assert (got.text if got is not None else None) == expected
+            assert server.posts("/infill")[0].body["input_prefix"] == sent
+            svc.close()
+
+    asyncio.run(scenario())

@@ -20,6 +20,12 @@ same editor policy around a different source of text.
   writing, is cut without the unfinished word. Every cut closes the HTTP
   stream, and so does cancellation (a new keystroke), within
   ``backends.client.POLL_S``.
+- Token healing (``token_healing``): a server cannot be told to continue a
+  partial word (``ret|``) the way the local engine constrains its first
+  tokens, and a model asked to continue after ``ret`` often writes badly. So
+  the prompt backs up over the partial word and only a completion that writes
+  that word first is kept, without it: the model chooses the whole word from
+  its start, and one that writes another word gives no suggestion.
 - Clean-up is ``suggest.clean``; typing through the suggestion on screen
   needs no request (the service's pending suggestion). There is no
   pre-generation: the outcome has no token continuation.
@@ -88,17 +94,27 @@ def text_window(text: str, offset: int, settings: Settings) -> tuple[str, str]:
     return text[start:offset], text[offset:end]
 
 
-def request_for(job: CompletionInput) -> RemoteRequest:
-    """The job as a remote request."""
+def healed_word(job: CompletionInput) -> str:
+    """The partial word at the cursor the prompt backs up over (``""``: none, or healing off)."""
+    return job.cursor.word_prefix if job.settings.token_healing else ""
+
+
+def request_for(job: CompletionInput) -> tuple[RemoteRequest, str]:
+    """The job as a remote request, and the partial word its prompt backed up over."""
     settings = job.settings
     prefix, suffix = text_window(job.text, job.offset, settings)
+    heal = healed_word(job)
+    if heal and prefix.endswith(heal):
+        prefix = prefix[: -len(heal)]
+    else:
+        heal = ""
     extra: tuple[tuple[str, str], ...] = ()
     if settings.project_context:
         limit = CONTEXT_TOKENS * CHARS_PER_TOKEN
         others = job.others[:CONTEXT_DOCUMENTS]
         extra = tuple((file_name(o.uri), o.text[:limit]) for o in others)
     stop = ("\n",) if job.cursor.mode == LINE else ()
-    return RemoteRequest(prefix, suffix, settings.max_tokens, stop, job.uri, extra)
+    return RemoteRequest(prefix, suffix, settings.max_tokens, stop, job.uri, extra), heal
 
 
 class RemoteCompleter:
@@ -170,12 +186,21 @@ class RemoteCompleter:
             return bool(cut)
 
         text, early, chunks, mark = "", False, 0, None
-        stream = self.backend.stream(request_for(job), stop)
+        request, healing = request_for(job)  # healing: what of the word is still to come
+        stream = self.backend.stream(request, stop)
         try:
             for piece in stream:
                 if first is None:
                     first = clock()
                 chunks += 1
+                if healing:
+                    written = min(len(healing), len(piece))
+                    if piece[:written] != healing[:written]:
+                        cut = "healing"  # another word than the one being typed
+                        break
+                    healing, piece = healing[written:], piece[written:]
+                    if not piece:
+                        continue
                 before = len(text)
                 text += piece
                 if progress is not None:
@@ -220,6 +245,8 @@ class RemoteCompleter:
             return Outcome(stats=stats, cancelled=True)
         if cut == "budget" and not early and mark is not None:
             text = text[:mark]  # cut mid-word: without the unfinished word
+        if cut == "healing" or healing:
+            return Outcome(stats=stats)  # it did not write the word being typed
         return Outcome(clean(text, job.cursor, mode) if text else None, stats)
 
     def close(self) -> None:
