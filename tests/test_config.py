@@ -65,3 +65,4 @@ def test_a_bad_backend_url_or_fim_template_is_reported_and_not_applied() -> None
     assert "http:// or https://" in errors[0] and "keeping 'http://good:8080'" in errors[0]
     assert "{suffix}" in errors[1]
     assert apply(base, {"backend": ""})[0].backend == ""  # empty: back to the local model
+    assert apply(base, {"backend": "auto"}) == (Settings(backend="auto"), ["backend"], [])

@@ -33,7 +33,7 @@ from typing import Any
 
 # Leaf modules (they import nothing of structspec): the backend URL and FIM template checks,
 # and the draft sources' names from their registry.
-from structspec.backends.address import split_url
+from structspec.backends.address import check_backend
 from structspec.backends.fim import parse_template
 from structspec.drafts.registry import SOURCE_NAMES as SOURCE_NAMES
 from structspec.drafts.registry import resolve_sources as resolve_sources
@@ -65,7 +65,8 @@ class Settings:
     token_healing: bool = True  # finish a partial word at the cursor (engine/healing.py)
     project_context: bool = False  # snippets of other open files before the prompt window
     # A remote engine to complete through instead of the local model (backends/client.py):
-    # a llama-server, OpenAI-compatible or Ollama URL; empty: the local GGUF model.
+    # a llama-server, OpenAI-compatible or Ollama URL, or "auto" (the first one
+    # `structspec detect` finds on this machine); empty: the local GGUF model.
     backend: str = ""
     backend_api_key: str = ""  # sent as "Authorization: Bearer KEY"
     backend_model: str = ""  # the remote model's name; empty: the server's first model
@@ -89,7 +90,7 @@ _BOUNDS: dict[str, tuple[int, int]] = {
 
 #: String settings with a shape to check (they raise ``ValueError`` with the message).
 _CHECKS: dict[str, Callable[[str], object]] = {
-    "backend": split_url,
+    "backend": check_backend,
     "fim_template": parse_template,
 }
 

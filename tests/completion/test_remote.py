@@ -194,3 +194,41 @@ def test_token_healing_backs_up_over_the_partial_word(
             svc.close()
 
     asyncio.run(scenario())
+
+
+def test_backend_auto_uses_the_server_detect_finds(monkeypatch: pytest.MonkeyPatch) -> None:
+    import structspec.detect as detect
+
+    async def scenario() -> None:
+        with FakeBackend() as server:
+            port = int(server.url.rsplit(":", 1)[1])
+            monkeypatch.setattr(detect, "KNOWN_BACKENDS", (("llama.cpp server", port),))
+            svc, _, messages = service("auto")
+            svc.open_document("u", "python", 1, TEXT)
+            got = await svc.complete(END)
+            assert got is not None and got.text == "add(3, 4)"
+            assert svc.status().model == f"llama-server /infill at {server.url}"
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_backend_auto_without_a_server_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import structspec.detect as detect
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(detect, "KNOWN_BACKENDS", (("llama.cpp server", port),))
+
+    async def scenario() -> None:
+        svc, _, messages = service("auto")
+        svc.open_document("u", "python", 1, TEXT)
+        assert await svc.complete(END) is None
+        assert await svc.complete(CompletionRequest("u", 4, 4, invoked=True)) is None
+        errors = [text for level, text in messages if level == "error"]
+        assert len(errors) == 1 and "backend auto found no inference server" in errors[0]
+        assert f":{port}" in errors[0] and svc.status().state == "error"
+        svc.close()
+
+    asyncio.run(scenario())

@@ -25,9 +25,12 @@ to its event loop).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
+from structspec import detect
+from structspec.backends.address import AUTO
 from structspec.completion.corpus import CorpusCache
 from structspec.completion.generate import CompletionInput, Outcome
 from structspec.completion.prompt import PromptBuilder
@@ -43,6 +46,8 @@ log = logging.getLogger(__name__)
 #: KV caches the model keeps (one per recently completed document), so that
 #: switching between documents does not evaluate either prompt again.
 KV_SLOTS = 3
+#: ``backend = "auto"`` that found no server looks again after this long (seconds).
+DETECT_RETRY_S = 30.0
 
 Announce = Callable[[str], None]
 ModelOpener = Callable[..., Model]
@@ -104,6 +109,9 @@ class EngineHost:
         #: A key that failed (a model's, or a backend's) and the message the user got.
         self._failed: tuple[ModelKey | RemoteKey, str] | None = None
         self.remote: RemoteCompleter | None = None
+        #: ``backend = "auto"`` found no server: when to look again, and whether it was said.
+        self._detect_after = 0.0
+        self._detect_told = False
 
     def remote_for(self, settings: Settings) -> RemoteCompleter | None:
         """The client of ``settings.backend``, made when a backend setting changed.
@@ -116,9 +124,12 @@ class EngineHost:
         if self._failed is not None and self._failed[0] == key:
             return None
         self.close()  # neither the local model nor another backend's client is needed
+        url = self._detect() if settings.backend == AUTO else settings.backend
+        if url is None:
+            return None
         try:
             self.remote = RemoteCompleter(
-                settings, on_loaded=self._on_loaded, on_failed=self._on_failed
+                settings, on_loaded=self._on_loaded, on_failed=self._on_failed, url=url
             )
         except ValueError as exc:  # a URL or template that slipped past config's checks
             message = f"structspec: cannot use backend {settings.backend!r}: {exc}"
@@ -127,6 +138,28 @@ class EngineHost:
             self._on_failed(message)
             return None
         return self.remote
+
+    def _detect(self) -> str | None:
+        """``backend = "auto"``: the URL of the server ``structspec detect`` picks, if any."""
+        now = time.monotonic()
+        if now < self._detect_after:
+            return None
+        picked = detect.pick_backend(detect.probe_backends())
+        if picked is not None:
+            self._detect_told = False
+            return picked.url
+        self._detect_after = now + DETECT_RETRY_S
+        if not self._detect_told:
+            self._detect_told = True
+            ports = ", ".join(f"{name} :{port}" for name, port in detect.KNOWN_BACKENDS)
+            message = (
+                f"structspec: backend auto found no inference server on this machine ({ports}); "
+                f"looking again every {DETECT_RETRY_S:.0f} s. Fix: start one, or set `backend` "
+                "to its URL"
+            )
+            log.warning("%s", message)
+            self._on_failed(message)
+        return None
 
     def complete_remotely(
         self,

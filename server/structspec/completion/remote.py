@@ -126,10 +126,12 @@ class RemoteCompleter:
         *,
         on_loaded: Callable[[str, list[str]], None],
         on_failed: Callable[[str], None],
+        url: str = "",
     ) -> None:
+        """``url``: the server's URL when ``settings.backend`` does not say it (``auto``)."""
         self.key = remote_key(settings)
         self.backend = RemoteBackend(
-            settings.backend,
+            url or settings.backend,
             api_key=settings.backend_api_key,
             model=settings.backend_model,
             fim_template=settings.fim_template,

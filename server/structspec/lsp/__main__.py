@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         metavar="URL",
         help="complete through a remote engine instead of a local model: a llama-server, "
-        "OpenAI-compatible (vLLM, LM Studio, structspec serve) or Ollama URL",
+        "OpenAI-compatible (vLLM, LM Studio, structspec serve) or Ollama URL, or auto "
+        "(the first server `structspec detect` finds here)",
     )
     parser.add_argument("--log-file", metavar="PATH", help="write the server log here")
     parser.add_argument("--version", action="version", version=f"structspec-lsp {__version__}")
