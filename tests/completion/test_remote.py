@@ -8,6 +8,7 @@ open a local model while ``backend`` is set.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 from typing import Any
 
@@ -230,5 +231,33 @@ def test_backend_auto_without_a_server_says_so_once(monkeypatch: pytest.MonkeyPa
         assert len(errors) == 1 and "backend auto found no inference server" in errors[0]
         assert f":{port}" in errors[0] and svc.status().state == "error"
         svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_never_ending_stream_is_cut_at_a_word_and_closed() -> None:
+    async def scenario() -> None:
+        behaviour = Behaviour(endless=True, chunk_delay=0.005)
+        with FakeBackend(behaviour) as server:
+            svc, _, messages = service(server.url, max_tokens=8192, max_generation_ms=100)
+            svc.open_document("u", "python", 1, TEXT)
+            got = await svc.complete(END)
+            assert got is not None and re.fullmatch(r"(t\d+ )*t\d+", got.text), got
+            await wait_for(server.closed.is_set)
+            assert not [m for m in messages if m[0] == "error"]
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_stalled_server_is_cut_by_the_latency_budget() -> None:
+    async def scenario() -> None:
+        with FakeBackend(Behaviour(stall=True)) as server:
+            svc, _, _ = service(server.url, max_latency_ms=100)
+            svc.open_document("u", "python", 1, TEXT)
+            assert await svc.complete(END) is None
+            await wait_for(server.closed.is_set)
+            assert not server.finished.is_set()
+            svc.close()
 
     asyncio.run(scenario())
