@@ -224,6 +224,10 @@ def test_backend_auto_without_a_server_says_so_once(monkeypatch: pytest.MonkeyPa
 
     async def scenario() -> None:
         svc, _, messages = service("auto")
+        svc.configure(svc.settings)  # the warm-up looks first (as the language server's does)
+        await wait_for(lambda: svc.status().state == "error")
+        await asyncio.sleep(0.1)  # the warm-up's end does not clear it
+        assert svc.status().state == "error"
         svc.open_document("u", "python", 1, TEXT)
         assert await svc.complete(END) is None
         assert await svc.complete(CompletionRequest("u", 4, 4, invoked=True)) is None
@@ -253,9 +257,11 @@ def test_a_never_ending_stream_is_cut_at_a_word_and_closed() -> None:
 def test_a_stalled_server_is_cut_by_the_latency_budget() -> None:
     async def scenario() -> None:
         with FakeBackend(Behaviour(stall=True)) as server:
-            svc, _, _ = service(server.url, max_latency_ms=100)
+            # Long enough for the request to reach the server on a loaded machine.
+            svc, _, _ = service(server.url, max_latency_ms=2000)
             svc.open_document("u", "python", 1, TEXT)
             assert await svc.complete(END) is None
+            assert server.posts("/infill")
             await wait_for(server.closed.is_set)
             assert not server.finished.is_set()
             svc.close()

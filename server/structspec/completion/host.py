@@ -112,6 +112,7 @@ class EngineHost:
         #: ``backend = "auto"`` found no server: when to look again, and whether it was said.
         self._detect_after = 0.0
         self._detect_told = False
+        self._detect_message = ""
 
     def remote_for(self, settings: Settings) -> RemoteCompleter | None:
         """The client of ``settings.backend``, made when a backend setting changed.
@@ -139,6 +140,14 @@ class EngineHost:
             return None
         return self.remote
 
+    def warm_remote(self, settings: Settings) -> str | None:
+        """Make the client of ``settings.backend`` now; the message of why not, if it cannot."""
+        if self.remote_for(settings) is not None:
+            return None
+        if self._failed is not None and self._failed[0] == remote_key(settings):
+            return self._failed[1]
+        return self._detect_message
+
     def _detect(self) -> str | None:
         """``backend = "auto"``: the URL of the server ``structspec detect`` picks, if any."""
         now = time.monotonic()
@@ -152,13 +161,13 @@ class EngineHost:
         if not self._detect_told:
             self._detect_told = True
             ports = ", ".join(f"{name} :{port}" for name, port in detect.KNOWN_BACKENDS)
-            message = (
+            self._detect_message = (
                 f"structspec: backend auto found no inference server on this machine ({ports}); "
                 f"looking again every {DETECT_RETRY_S:.0f} s. Fix: start one, or set `backend` "
                 "to its URL"
             )
-            log.warning("%s", message)
-            self._on_failed(message)
+            log.warning("%s", self._detect_message)
+            self._on_failed(self._detect_message)
         return None
 
     def complete_remotely(

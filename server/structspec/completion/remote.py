@@ -151,7 +151,7 @@ class RemoteCompleter:
                 log.info("%s", note)
             self._on_loaded(self._name, notes)
 
-    def _failed(self, exc: BackendError) -> None:
+    def _report(self, exc: BackendError) -> None:
         # An unreachable server's message changes with its back-off: one report per outage.
         key = "unreachable" if isinstance(exc, BackendUnreachable) else str(exc)
         if key != self._failure:
@@ -227,7 +227,7 @@ class RemoteCompleter:
                     text, early = text[:end], True
                     break
         except BackendError as exc:
-            self._failed(exc)
+            self._report(exc)
             return Outcome(cancelled=cancelled())
         finally:
             stream.close()  # type: ignore[attr-defined]

@@ -719,8 +719,6 @@ class CompletionService:
         loop = self._loop
         if loop is None or loop.is_closed() or self._closed or not self.settings.prefix_reuse:
             return
-        if self.settings.backend:  # the remote server keeps its own prompt cache
-            return
         self._abandon_background()
         self._background_timer = loop.call_later(PREWARM_IDLE_S, self._start_prewarm, uri, offset)
 
@@ -751,6 +749,8 @@ class CompletionService:
     def _background_session(self, uri: str) -> tuple[Document, _Session] | None:
         doc = self.documents.get(uri)
         if doc is None or not self._idle():
+            return None
+        if self.settings.backend:  # no local model to pre-warm or pre-generate with
             return None
         if self.settings.languages and doc.language not in self.settings.languages:
             return None
@@ -931,8 +931,7 @@ class CompletionService:
         if self._closed:
             return None
         if self.settings.backend:  # a remote engine: nothing to load (completion/remote.py)
-            self._host.remote_for(self.settings)
-            return None
+            return self._host.warm_remote(self.settings)
         try:
             engine = self._host.engine_for(self.settings)
             if self.settings.token_healing:
