@@ -17,7 +17,7 @@ from tests.completion.test_prewarm import wait_for
 from tests.helpers.fake_backends import Behaviour, FakeBackend
 
 from structspec.completion.documents import Range, TextChange
-from structspec.completion.remote import text_window
+from structspec.completion.remote import SILENT_REQUESTS, text_window
 from structspec.completion.service import CompletionRequest, CompletionService, Status
 from structspec.config import Settings
 
@@ -258,12 +258,18 @@ def test_a_stalled_server_is_cut_by_the_latency_budget() -> None:
     async def scenario() -> None:
         with FakeBackend(Behaviour(stall=True)) as server:
             # Long enough for the request to reach the server on a loaded machine.
-            svc, _, _ = service(server.url, max_latency_ms=2000)
+            svc, _, messages = service(server.url, max_latency_ms=2000)
             svc.open_document("u", "python", 1, TEXT)
             assert await svc.complete(END) is None
             assert server.posts("/infill")
             await wait_for(server.closed.is_set)
             assert not server.finished.is_set()
+            assert not [m for m in messages if "sent nothing" in m[1]]  # once is no pattern
+            for _ in range(SILENT_REQUESTS - 1):
+                svc._sessions["u"].pending = None
+                assert await svc.complete(CompletionRequest("u", 4, 4, invoked=True)) is None
+            (warning,) = [m for m in messages if "sent nothing" in m[1]]
+            assert warning[0] == "warning" and "maxLatencyMs" in warning[1]
             svc.close()
 
     asyncio.run(scenario())

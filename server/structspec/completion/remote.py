@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 CHARS_PER_TOKEN = 4
 #: A stream that goes on this many times ``max_generation_ms`` is cut.
 HARD_CUT_FACTOR = 2.0
+#: Requests in a row without text by ``max_latency_ms`` before the user is told.
+SILENT_REQUESTS = 3
 #: Other documents sent as project context, most recently used first.
 CONTEXT_DOCUMENTS = 4
 
@@ -140,6 +142,7 @@ class RemoteCompleter:
         self._on_failed = on_failed
         self._failure: str | None = None
         self._name = ""
+        self._silent = 0  # requests in a row the latency budget cut before any text
         self._announce()
 
     def _announce(self) -> None:
@@ -235,6 +238,7 @@ class RemoteCompleter:
             self._failure = None
             self._name = ""
         self._announce()
+        self._count_silence(cut == "latency" and first is None, settings)
         ended = clock()
         stats = GenerationStats(
             tokens=chunks,
@@ -250,6 +254,18 @@ class RemoteCompleter:
         if cut == "healing" or healing:
             return Outcome(stats=stats)  # it did not write the word being typed
         return Outcome(clean(text, job.cursor, mode) if text else None, stats)
+
+    def _count_silence(self, silent: bool, settings: Settings) -> None:
+        """Warn once when ``SILENT_REQUESTS`` requests in a row got no text in time."""
+        self._silent = self._silent + 1 if silent else 0
+        if self._silent == SILENT_REQUESTS:
+            message = (
+                f"structspec: the backend {self.backend.base} sent nothing within maxLatencyMs "
+                f"({settings.max_latency_ms} ms) for {SILENT_REQUESTS} requests in a row. Fix: "
+                "raise maxLatencyMs, or check the server (its load, its URL)"
+            )
+            log.warning("%s", message)
+            self._on_loaded(self._name, [message])
 
     def close(self) -> None:
         self.backend.close()
