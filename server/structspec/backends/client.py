@@ -17,7 +17,7 @@ llama-server requests carry ``cache_prompt`` and an ``id_slot`` per document
 (when ``/props`` reports the slots), so a document keeps its KV cache. A URL
 whose path names an endpoint (``http://h:8080/infill``, ``.../v1``) pins that
 protocol. An endpoint answering 404, 405 or 501 passes on to the next protocol;
-``notes`` says which, once.
+once one answers, ``notes`` says which were passed over and why, once.
 
 Every request is streamed and bounded: ``stream`` yields text as it arrives and
 is given a ``stop`` callable it polls while waiting (cancellation, a latency
@@ -170,6 +170,7 @@ class RemoteBackend:
         self._failures = 0
         self._retry_at = 0.0
         self._answered = False  # a protocol answered 200 (``name`` names it)
+        self._skipped: list[str] = []  # why the protocols before this one were passed over
         #: The model whose prompt went without a FIM template (noted once it is answered).
         self._missing_template: str | None = None
 
@@ -244,7 +245,7 @@ class RemoteBackend:
                         "`backend` to a llama-server, OpenAI-compatible or Ollama URL"
                     ) from None
                 self._protocols.pop(0)
-                self._note(f"structspec: {exc}; using {TITLES[self._protocols[0]]}")
+                self._skipped.append(str(exc))  # said once the next one answers
 
     async def _attempt(self, protocol: str, request: RemoteRequest) -> AsyncGenerator[str, None]:
         client = self._http()
@@ -257,6 +258,9 @@ class RemoteBackend:
                 if response.status_code != 200:
                     raise await self._refusal(protocol, url, response)
                 self._answered = True
+                if self._skipped:
+                    skipped, self._skipped = "; ".join(self._skipped), []
+                    self._note(f"structspec: {skipped}; using {TITLES[protocol]}")
                 self._note_missing_template()
                 async with contextlib.aclosing(_decode(protocol, url, response)) as objects:
                     async for data in objects:
