@@ -330,12 +330,13 @@ class RemoteBackend:
                 body["input_prefix"] = request.prefix
                 body["input_suffix"] = request.suffix
                 body["input_extra"] = [{"filename": f, "text": t} for f, t in request.extra]
-            else:
-                body["prompt"] = self._prompt(request)
+            else:  # a model without FIM tokens: the prefix, unless fimTemplate says otherwise
+                template = template_for(self.model, self._fim_setting)
+                body["prompt"] = _fill(template, request)
             return path, body
         if protocol == "ollama":
             model = self.model or await self._first_model("/api/tags", "models", "name")
-            template = self._template(model)
+            template = template_for(model, self._fim_setting)
             body = {
                 "model": model,
                 "stream": True,
@@ -351,8 +352,11 @@ class RemoteBackend:
                 body.update(prompt=request.prefix, suffix=request.suffix)
             return path, body
         model = self.model or await self._first_model("/v1/models", "data", "id")
+        template = template_for(model, self._fim_setting)
+        if template is None:
+            self._missing_template = model
         body = {
-            "prompt": self._prompt(request, model),
+            "prompt": _fill(template, request),
             "max_tokens": request.max_tokens,
             "temperature": 0.0,
             "stream": True,
@@ -363,12 +367,6 @@ class RemoteBackend:
             body["stop"] = list(request.stop)
         return path, body
 
-    def _template(self, model: str) -> FimTemplate | None:
-        template = template_for(model, self._fim_setting)
-        if template is None:
-            self._missing_template = model
-        return template
-
     def _note_missing_template(self) -> None:
         """Once the protocol answered: say that the prompt had no FIM template."""
         model, self._missing_template = self._missing_template, None
@@ -378,12 +376,6 @@ class RemoteBackend:
                 "completing from the text before the cursor only. Fix: set `fimTemplate` "
                 "(e.g. <|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>)"
             )
-
-    def _prompt(self, request: RemoteRequest, model: str | None = None) -> str:
-        template = self._template(self.model if model is None else model)
-        return (
-            request.prefix if template is None else template.prompt(request.prefix, request.suffix)
-        )
 
     async def _first_model(self, path: str, key: str, field: str) -> str:
         """The server's first model (``GET path``), remembered; ``""`` when it names none."""
@@ -439,6 +431,11 @@ class RemoteBackend:
         if self._client is not None:
             self._loop.run_until_complete(self._client.aclose())
         self._loop.close()
+
+
+def _fill(template: FimTemplate | None, request: RemoteRequest) -> str:
+    """The prompt: the template around prefix and suffix, or the prefix alone."""
+    return request.prefix if template is None else template.prompt(request.prefix, request.suffix)
 
 
 async def _close(chunks: AsyncGenerator[str, None]) -> None:
