@@ -68,7 +68,8 @@ class Settings:
     # a llama-server, OpenAI-compatible or Ollama URL, or "auto" (the first one
     # `structspec detect` finds on this machine); empty: the local GGUF model.
     backend: str = ""
-    backend_api_key: str = ""  # sent as "Authorization: Bearer KEY"
+    # Sent as "Authorization: Bearer KEY"; kept out of the settings' repr (logs, messages).
+    backend_api_key: str = field(default="", repr=False)
     backend_model: str = ""  # the remote model's name; empty: the server's first model
     fim_template: str = ""  # "...{prefix}...{suffix}..."; empty: by the model's family
 
