@@ -147,18 +147,15 @@ class RemoteBackend:
         api_key: str = "",
         model: str = "",
         fim_template: str = "",
-        verify: bool | ssl.SSLContext = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.url = url.strip()
-        self.base, pinned = split_url(self.url)
+        self.base, pinned = split_url(url)
         self._protocols = [pinned] if pinned else list(PROTOCOLS)
         self.model = model
         self._fim_setting = fim_template
         if fim_template:
             template_for("", fim_template)  # raises ValueError for a malformed template
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._verify = verify
         self._clock = clock
         self._loop = asyncio.new_event_loop()
         self._client: httpx.AsyncClient | None = None
@@ -421,7 +418,8 @@ class RemoteBackend:
             timeout = httpx.Timeout(
                 CONNECT_TIMEOUT_S, read=None, write=10.0, pool=CONNECT_TIMEOUT_S
             )
-            self._client = httpx.AsyncClient(timeout=timeout, verify=self._verify, trust_env=False)
+            # The environment applies as for any HTTP client: proxies with NO_PROXY, SSL_CERT_FILE.
+            self._client = httpx.AsyncClient(timeout=timeout)
         return self._client
 
     def close(self) -> None:
