@@ -273,3 +273,40 @@ def test_a_stalled_server_is_cut_by_the_latency_budget() -> None:
             svc.close()
 
     asyncio.run(scenario())
+
+
+def test_switching_between_backend_and_local_model_needs_no_restart() -> None:
+    from dataclasses import replace
+
+    from structspec.model.standin import StandInModel
+
+    opened: list[str] = []
+
+    def open_model(spec: str, **kwargs: Any) -> StandInModel:
+        opened.append(spec)
+        return StandInModel(eos_bias=-3.0)
+
+    async def scenario() -> None:
+        with FakeBackend() as server:
+            local = Settings(model="standin", sources=("lookup",), debounce_ms=0, max_tokens=16)
+            svc = CompletionService(replace(local, backend=server.url), open_model=open_model)
+            svc.configure(svc.settings)
+            svc.open_document("u", "python", 1, TEXT)
+            remote = await svc.complete(END)
+            assert remote is not None and remote.text == "add(3, 4)" and opened == []
+            svc.configure(local)  # backend emptied: the local model, at once
+            svc._sessions["u"].pending = None
+            await svc.complete(CompletionRequest("u", 4, 4, invoked=True))
+            assert opened == ["standin"] and svc.status().model != remote_name(server)
+            svc.configure(replace(local, backend=server.url))  # and back
+            svc._sessions["u"].pending = None
+            again = await svc.complete(CompletionRequest("u", 4, 4, invoked=True))
+            assert again is not None and again.text == "add(3, 4)"
+            assert svc.status().model == remote_name(server) and len(server.posts("/infill")) == 2
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def remote_name(server: FakeBackend) -> str:
+    return f"llama-server /infill at {server.url}"
