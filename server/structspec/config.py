@@ -26,12 +26,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-# The draft sources' names come from their table (plain data, on this layer).
+# The draft sources' names come from their table (plain data, on this layer); the
+# backend URL and FIM template checks from the remote engines' client (same layer).
+from structspec.backends.address import check_backend
+from structspec.backends.fim import parse_template
 from structspec.sources import SOURCE_NAMES as SOURCE_NAMES
 from structspec.sources import resolve_sources as resolve_sources
 
@@ -61,6 +64,14 @@ class Settings:
     speculative: bool = True
     token_healing: bool = True  # finish a partial word at the cursor (engine/healing.py)
     project_context: bool = False  # snippets of other open files before the prompt window
+    # A remote engine to complete through instead of the local model (backends/client.py):
+    # a llama-server, OpenAI-compatible or Ollama URL, or "auto" (the first one
+    # `structspec detect` finds on this machine); empty: the local GGUF model.
+    backend: str = ""
+    # Sent as "Authorization: Bearer KEY"; kept out of the settings' repr (logs, messages).
+    backend_api_key: str = field(default="", repr=False)
+    backend_model: str = ""  # the remote model's name; empty: the server's first model
+    fim_template: str = ""  # "...{prefix}...{suffix}..."; empty: by the model's family
 
     def source_names(self) -> tuple[str, ...]:
         """The enabled draft sources, ``all`` expanded."""
@@ -75,6 +86,13 @@ _BOUNDS: dict[str, tuple[int, int]] = {
     "max_latency_ms": (10, 600_000),
     "max_generation_ms": (10, 600_000),
     "debounce_ms": (0, 10_000),
+}
+
+
+#: String settings with a shape to check (they raise ``ValueError`` with the message).
+_CHECKS: dict[str, Callable[[str], object]] = {
+    "backend": check_backend,
+    "fim_template": parse_template,
 }
 
 
@@ -126,6 +144,8 @@ def _coerce(name: str, kind: Any, value: Any, field_name: str | None = None) -> 
     if kind is str or kind == "str":
         if not isinstance(value, str):
             raise ValueError(f"{name} must be a string, not {value!r}")
+        if value and field_name in _CHECKS:
+            _CHECKS[field_name](value)  # ValueError saying what is wrong
         return value
     # tuple[str, ...]: a list of strings, or a comma-separated string
     if isinstance(value, str):

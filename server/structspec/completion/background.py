@@ -126,7 +126,10 @@ class Background:
         doc = self._documents.get(uri)
         if doc is None or not self._idle():
             return None
-        languages = self._settings().languages
+        settings = self._settings()
+        if settings.backend:  # no local model to pre-warm or pre-generate with
+            return None
+        languages = settings.languages
         if languages and doc.language not in languages:
             return None
         return doc, self._sessions.setdefault(uri, Session())

@@ -243,6 +243,8 @@ class CompletionService:
         if self._worker.closed:
             return None
         settings = self.settings
+        if settings.backend:  # a remote engine: nothing to load (completion/remote.py)
+            return self._worker.host.warm_remote(settings)
         try:
             engine = self._worker.host.engine_for(settings)
             if settings.token_healing:

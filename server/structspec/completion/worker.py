@@ -111,6 +111,8 @@ class Worker:
         if job.cancelled() or self.closed:
             return Outcome(cancelled=True)
         host = self.host
+        if job.input.settings.backend:  # completion/remote.py
+            return host.complete_remotely(job.input, cancelled=job.cancelled, progress=job.wrote)
         try:
             engine = host.engine_for(job.input.settings)
         except ModelError:
