@@ -19,7 +19,7 @@ ROOT = Path(structspec.__file__).parent
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
-        "__init__ errors config",
+        "__init__ errors files config",
         "model",
         "syntax",
         "drafts",
