@@ -8,13 +8,15 @@ the user, the value it replaced is kept, and completions go on.
 from __future__ import annotations
 
 import gzip
+import json
 import os
+import time
 import zlib
 from pathlib import Path
 
 import pytest
 from tests.helpers.lsp import STANDIN_OPTIONS, TEXT
-from tests.helpers.raw_client import RawClient, no_traceback
+from tests.helpers.raw_client import RawClient, frame, no_traceback
 
 URI = "file:///work/hostile.py"
 
@@ -83,3 +85,103 @@ def test_gzip_bomb_helper_is_what_it_claims(tmp_path: Path):
     path = tmp_path / "b.gz"
     _gzip_bomb(path, 2 << 20)
     assert gzip.decompress(path.read_bytes()) == bytes(2 << 20)
+
+
+def _raw_initialize(client: RawClient, options_json: str) -> None:
+    """``initialize`` with ``initializationOptions`` written as raw JSON (``1e400`` as such)."""
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": "init",
+            "method": "initialize",
+            "params": {
+                "processId": None,
+                "rootUri": None,
+                "capabilities": {"textDocument": {"inlineCompletion": {}}},
+                "initializationOptions": "@OPTIONS@",
+            },
+        }
+    ).replace('"@OPTIONS@"', options_json)
+    client.send_raw(frame(body))
+    assert "result" in client.response("init")
+    client.notify("initialized", {})
+
+
+def test_infinite_and_huge_numbers_are_invalid_settings_and_later_changes_apply():
+    """``1e400`` is valid JSON read as infinity: a message, the default kept, nothing stuck."""
+    with RawClient() as client:
+        _raw_initialize(client, '{"debounceMs": 0, "maxTokens": 1e400, "maxLatencyMs": -1e400}')
+        client.wait_for(lambda m: "maxLatencyMs" in str(m.get("params", {}).get("message", "")))
+        shown = client.messages_shown()
+        for key in ("maxTokens", "maxLatencyMs"):
+            assert any(f"invalid setting: {key} must be a finite integer" in t for t in shown), (
+                key,
+                shown,
+            )
+        _completes(client)  # the defaults apply
+        # Later changes are applied (the stored 1e400 must not make every refresh fail).
+        client.send_raw(
+            frame(
+                '{"jsonrpc": "2.0", "method": "workspace/didChangeConfiguration", '
+                '"params": {"settings": {"structspec": '
+                '{"languages": ["rust"], "debounceMs": 1e999, "maxTokens": 1e300}}}}'
+            )
+        )
+        client.wait_for(lambda m: "debounceMs" in str(m.get("params", {}).get("message", "")))
+        answer = client.response(client.inline(URI, 0, 0))
+        assert answer.get("result") is None, answer  # python is no longer completed
+        assert any("maxTokens must be between" in t for t in client.messages_shown())
+        assert client.shutdown_and_exit() == 0
+        assert no_traceback(client.stderr), client.stderr
+
+
+def test_many_edits_in_one_did_change_leave_the_server_responsive():
+    """3,000 incremental edits in one didChange on 100,000 lines (VS Code's Replace All)."""
+    text = "".join(f"value_{i} = compute(value_{i // 2})\n" for i in range(100_000)) + "y = "
+    edits = [
+        {
+            "range": {
+                "start": {"line": line, "character": 0},
+                "end": {"line": line, "character": len("value")},
+            },
+            "text": "renamed",
+        }
+        for line in range(0, 99_000, 33)
+    ]
+    assert len(edits) == 3_000
+    with RawClient() as client:
+        client.initialize()
+        client.wait_loaded()
+        client.open(URI, text)
+        client.status()  # the document is open
+        started = time.perf_counter()
+        client.notify(
+            "textDocument/didChange",
+            {"textDocument": {"uri": URI, "version": 2}, "contentChanges": edits},
+        )
+        status = client.status()
+        elapsed = time.perf_counter() - started
+        print(f"3,000 edits on 100,000 lines: next request answered after {elapsed:.3f} s")
+        assert status["state"] in ("idle", "busy")
+        # Quadratic (before): 103 s on the probe's machine. Linear: well under 1 s;
+        # the bound is loose for a loaded machine, the work is proven exactly in
+        # tests/completion/test_documents.py.
+        assert elapsed < 20, elapsed
+        answer = client.response(client.inline(URI, 100_000, 4))
+        items = (answer.get("result") or {}).get("items") or []
+        assert items, answer
+        assert client.shutdown_and_exit() == 0
+
+
+def test_unknown_language_opening_with_deep_brackets_is_sniffed_without_recursion():
+    """200,000 ``[`` (and a 30 MB array): detected from a bounded prefix, no RecursionError."""
+    with RawClient() as client:
+        client.initialize()
+        client.wait_loaded()
+        client.open("file:///work/deep", "[" * 200_000, language="no-such-language")
+        client.open("file:///work/array", "[" + "1," * 15_000_000 + "1]", language="zzz")
+        client.open(URI, TEXT)
+        assert client.status()["state"] in ("idle", "busy")
+        _completes(client)
+        assert client.shutdown_and_exit() == 0
+        assert no_traceback(client.stderr) and "RecursionError" not in client.stderr, client.stderr
