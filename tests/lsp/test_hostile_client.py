@@ -1,8 +1,10 @@
-"""Settings a hostile or careless workspace may send, through a real ``structspec-lsp``.
+"""What a hostile or careless client or workspace may send, through a real ``structspec-lsp``.
 
 A file setting may name a FIFO, ``/dev/zero``, a gzip bomb or a huge file; a
 number may be ``1e400`` (valid JSON, read as infinity). Each is one message to
-the user, the value it replaced is kept, and completions go on.
+the user, the value it replaced is kept, and completions go on. Thousands of
+edits in one ``didChange``, a document of 200,000 ``[`` and a 1.2 MB line
+cost the server time and answers in proportion to what changes, not more.
 """
 
 from __future__ import annotations
@@ -185,3 +187,27 @@ def test_unknown_language_opening_with_deep_brackets_is_sniffed_without_recursio
         _completes(client)
         assert client.shutdown_and_exit() == 0
         assert no_traceback(client.stderr) and "RecursionError" not in client.stderr, client.stderr
+
+
+def test_a_mid_line_answer_on_a_minified_line_carries_only_the_suggestion():
+    """On a 1.2 MB line the item inserts at the cursor; on a short line it replaces the rest."""
+    prefix = "z = add("
+    long_rest = "1, " * 400_000 + ")"
+    with RawClient() as client:
+        client.initialize()
+        client.wait_loaded()
+        for uri, rest in (("file:///work/min.py", long_rest), ("file:///work/short.py", "3)")):
+            text = TEXT + "\n" + prefix + rest
+            line = text.count("\n")
+            client.open(uri, text)
+            answer = client.response(client.inline(uri, line, len(prefix)))
+            item = answer["result"]["items"][0]
+            cursor = {"line": line, "character": len(prefix)}
+            assert item["range"]["start"] == cursor
+            if rest is long_rest:
+                assert item["range"]["end"] == cursor  # an insertion: nothing replaced
+                assert len(item["insertText"]) < 1_000 and not item["insertText"].endswith(rest)
+            else:  # the rest of the line is replaced by suggestion + itself (Neovim draws it)
+                end = {"line": line, "character": len(prefix + rest)}
+                assert item["range"]["end"] == end and item["insertText"].endswith(rest)
+        assert client.shutdown_and_exit() == 0
