@@ -110,3 +110,25 @@ def test_a_deeply_nested_suite_line_is_one_line(tmp_path: Path):
         "benchmark", "--model", "standin", "--suite", f"jsonl:{suite}", "--modes", "greedy"
     )
     one_line_error(p, "deep.jsonl:2", "nested too deeply")
+
+
+def test_recordings_traces_and_cost_tables_refuse_fifos_and_deep_json(tmp_path: Path):
+    """What ``benchmark --replay`` and friends read: an error, never a wait or a traceback."""
+    from structspec.bench.replay import (
+        Recording,
+        ReplayError,
+        load_cost_table,
+        recording_from_trace,
+    )
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000)
+    loaders = (
+        Recording.load,
+        load_cost_table,
+        lambda p: recording_from_trace(p, model="m", cost_ms=(1.0,), threads=1),
+    )
+    for path, problem in ((_fifo(tmp_path), "a FIFO"), (str(deep), "cannot read")):
+        for load in loaders:
+            with pytest.raises(ReplayError, match=problem):
+                load(path)

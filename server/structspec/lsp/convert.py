@@ -7,8 +7,10 @@ place. (Neovim draws an item with a range over the line from the range's
 start: an empty range mid-line would hide the rest of the line under the
 ghost text.) A rest of line longer than ``MAX_REPLACED_SUFFIX`` characters (a
 minified file) is not carried: the item inserts at the cursor (an empty
-range), so that an answer is the size of the suggestion, not of the line. Completion items replace the identifier before the cursor, so that
-clients which filter a menu by the typed word keep the item.
+range), so that an answer is the size of the suggestion, not of the line.
+
+Completion items replace the identifier before the cursor, so that clients
+which filter a menu by the typed word keep the item.
 """
 
 from __future__ import annotations
