@@ -24,6 +24,7 @@ The config file is ``$STRUCTSPEC_CONFIG`` if set, else
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -35,8 +36,12 @@ from typing import Any
 # backend URL and FIM template checks from the remote engines' client (same layer).
 from structspec.backends.address import check_backend
 from structspec.backends.fim import parse_template
+from structspec.files import MIB, read_bounded_text
 from structspec.sources import SOURCE_NAMES as SOURCE_NAMES
 from structspec.sources import resolve_sources as resolve_sources
+
+#: The largest config file read (a settings file is a few hundred bytes).
+MAX_CONFIG_BYTES = 1 * MIB
 
 
 def _default_threads() -> int:
@@ -110,6 +115,12 @@ class _UnknownItems(ValueError):
         self.known = known
 
 
+def _short(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a 5,000-digit number is no message."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else "a huge number"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _coerce(name: str, kind: Any, value: Any, field_name: str | None = None) -> Any:
     """Convert ``value`` for field ``name`` or raise ``ValueError`` with a message."""
     if kind is bool or kind == "bool":
@@ -130,16 +141,19 @@ def _coerce(name: str, kind: Any, value: Any, field_name: str | None = None) -> 
     if kind is int or kind == "int":
         if isinstance(value, bool) or not isinstance(value, (int, str, float)):
             raise ValueError(f"{name} must be an integer, not {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            # JSON's 1e400 and TOML's inf / nan: int() would raise OverflowError.
+            raise ValueError(f"{name} must be a finite integer, not {value!r}")
         try:
             number = int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be an integer, not {value!r}") from None
+        except (TypeError, ValueError, OverflowError):  # also "1" * 5000 (the digit limit)
+            raise ValueError(f"{name} must be an integer, not {_short(value)}") from None
         if isinstance(value, float) and number != value:
             raise ValueError(f"{name} must be an integer, not {value!r}")
         # Bounds are keyed by the field name (``name`` may be the camelCase key).
         lo, hi = _BOUNDS.get(field_name or name, (-(2**31), 2**31))
         if not lo <= number <= hi:
-            raise ValueError(f"{name} must be between {lo} and {hi}, not {number}")
+            raise ValueError(f"{name} must be between {lo} and {hi}, not {_short(number)}")
         return number
     if kind is str or kind == "str":
         if not isinstance(value, str):
@@ -229,10 +243,10 @@ def load_settings(
     origins = {f.name: "default" for f in fields(Settings)}
     errors: list[str] = []
     file_values: dict[str, Any] = {}
-    if path.is_file():
+    if path.is_file():  # /dev/null or a missing file: no config file, defaults apply
         try:
-            file_values = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            file_values = tomllib.loads(read_bounded_text(path, MAX_CONFIG_BYTES))
+        except (OSError, ValueError) as exc:  # FileLimitError, UnicodeDecodeError, TOMLDecodeError
             errors.append(f"{path}: cannot read config file ({exc}); using defaults")
     env_values = {
         f.name: env[f"STRUCTSPEC_{f.name.upper()}"]

@@ -50,7 +50,7 @@ def make_service(model: StandInModel, **settings) -> CompletionService:
     return CompletionService(Settings(**base), open_model=lambda spec, **kw: model)
 
 
-async def wait_for(condition, timeout: float = 10.0) -> None:
+async def wait_for(condition, timeout: float = 60.0) -> None:
     """Wait (not a timing assertion) until ``condition()`` holds."""
     deadline = time.monotonic() + timeout
     while not condition():
