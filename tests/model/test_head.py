@@ -80,7 +80,7 @@ def _reference_q6_k_logits(raw: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def _kernel_case(qtype: int, rows: int, cols: int, n: int, isa: str, seed: int):
-    """A random matrix of ``qtype`` packed for ``isa``, ``n`` rows of hidden states, the reference."""
+    """A random ``qtype`` matrix packed for ``isa``, ``n`` rows of hidden states, the reference."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, cols)).astype(np.float32)
     block = 256 if qtype == native.Q6_K else 32
@@ -217,12 +217,17 @@ def _llama_cpp_logits(model: LlamaModel, prompt: list[int], rows: list[int]) -> 
 
 
 @needs_kernel
-@pytest.mark.parametrize("storage", ["q8_0", "tied-q8_0"])
-def test_a_q8_0_head_is_computed_by_the_kernel_and_agrees_with_llama_cpp(tmp_path, storage):
+@pytest.mark.parametrize("isa", EACH_ISA)
+@pytest.mark.parametrize("storage", ["q8_0", "tied-q8_0", "q6_k"])
+def test_the_head_is_computed_by_the_kernel_and_agrees_with_llama_cpp(
+    tmp_path, monkeypatch, storage, isa
+):
+    monkeypatch.setenv("STRUCTSPEC_HEAD_ISA", isa)
     vocab = write_tiny_fim_gguf(tmp_path / "tiny.gguf", "qwen", head=storage)
     model = _load(vocab.path)
     try:
         assert model.head == "structspec"
+        assert model._head is not None and model._head.isa == isa
         prompt = model.tokenize("def f(x):\n    return x")
         rows = model.tokenize(" + 1\n\ndef g(y):", add_bos=False)[:7]
         want = _llama_cpp_logits(model, prompt, rows)
@@ -282,8 +287,25 @@ def test_llama_cpp_keeps_the_head_where_the_kernel_does_not_apply(tmp_path, monk
     plain = write_tiny_fim_gguf(tmp_path / "plain.gguf", "qwen", head="q8_0").path
     for path in (f32, capped):
         _assert_llama_cpp_head(path)
+    monkeypatch.setenv("STRUCTSPEC_HEAD_ISA", "neon")  # not an instruction set of the kernel
+    _assert_llama_cpp_head(plain)
+    monkeypatch.delenv("STRUCTSPEC_HEAD_ISA")
     monkeypatch.setenv("STRUCTSPEC_NATIVE_HEAD", "0")
     _assert_llama_cpp_head(plain)
+
+
+@needs_kernel
+def test_a_capture_struct_of_another_size_keeps_llama_cpps_head(tmp_path, monkeypatch, caplog):
+    """``_Capture`` must mirror ``ss_capture``: a size mismatch is caught at load, not used."""
+
+    class Longer(ctypes.Structure):
+        _fields_ = [*native._Capture._fields_, ("extra", ctypes.c_int64)]
+
+    monkeypatch.setattr(native, "_Capture", Longer)
+    path = write_tiny_fim_gguf(tmp_path / "tiny.gguf", "qwen", head="q8_0").path
+    with caplog.at_level(logging.WARNING, logger=native.log.name):
+        _assert_llama_cpp_head(path)
+    assert "built with another ss_capture" in caplog.text
 
 
 def _assert_llama_cpp_head(path) -> None:
