@@ -256,7 +256,6 @@ static __attribute__((target("f16c"))) void quantize_q8_0(const float *x, int64_
         s[b] = 128 * sum;
     }
 }
-#endif
 
 /* llama.cpp's quantize_row_q8_K_ref, with each value stored + 128. */
 static void quantize_q8_K(const float *x, int64_t cols, uint8_t *q, float *d) {
@@ -284,6 +283,7 @@ static void quantize_q8_K(const float *x, int64_t cols, uint8_t *q, float *d) {
         d[b] = 1.0f / iscale;
     }
 }
+#endif
 
 /* -- the kernels ------------------------------------------------------------ */
 
@@ -457,25 +457,24 @@ SS_INLINE SS_AVX2 void q8_0_tile_256(const uint8_t *gp, int64_t nb, int64_t cols
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + b * Q8_BYTES + 32 * half;
+        __m256i dot[TILE2];
+        for (int r = 0; r < R; r++) dot[r] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {  /* each vector of weights once, for all R rows */
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(p + 64 * j));
+            /* without VNNI: |w| times x with w's sign, which is w * x, no +128 to take out */
+            const __m256i ws = _mm256_xor_si256(w, flip);
+            const __m256i aw = _mm256_abs_epi8(ws);
+            for (int r = 0; r < R; r++) {
+                const __m256i x = _mm256_set1_epi32(((const int32_t *)(q + r * cols + b * QK))[j]);
+                dot[r] = vnni ? dot4(dot[r], w, x, 1) : dot4(dot[r], aw, _mm256_sign_epi8(x, ws), 0);
+            }
+        }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + b * Q8_BYTES + 8 * 64 + 16 * half)));
         for (int r = 0; r < R; r++) {
-            const int32_t *xq = (const int32_t *)(q + r * cols + b * QK);
-            __m256i t[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-            for (int j = 0; j < 8; j++) {
-                const __m256i w = _mm256_loadu_si256((const __m256i *)(p + 64 * j));
-                const __m256i x = _mm256_set1_epi32(xq[j]);
-                if (vnni) {
-                    t[j & 1] = dot4(t[j & 1], w, x, 1);
-                } else {
-                    /* |w| times x with w's sign: w * x, no +128 to take out */
-                    const __m256i ws = _mm256_xor_si256(w, flip);
-                    t[j & 1] = dot4(t[j & 1], _mm256_abs_epi8(ws), _mm256_sign_epi8(x, ws), 0);
-                }
-            }
-            __m256i dot = _mm256_add_epi32(t[0], t[1]);
-            if (vnni) dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(s[r * nb + b]));
+            /* with VNNI: sum((w + 128) * x) - 128 * sum(x) = sum(w * x) */
+            const __m256i exact = vnni ? _mm256_sub_epi32(dot[r], _mm256_set1_epi32(s[r * nb + b])) : dot[r];
             const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(d[r * nb + b]));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), scale, acc[r]);
         }
     }
     for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * out_stride + 8 * half, acc[r]);

@@ -271,7 +271,8 @@ class NativeHead:
         Q6_K, a shape other than ``n_vocab x n_embd``, logit soft-capping (the
         kernel returns raw logits), or no kernel for this CPU.
         """
-        if chosen_isa() is None:
+        isa = chosen_isa()
+        if isa is None:
             return None
         layout = _read_gguf_layout(path)
         arch = layout.strings.get("general.architecture", "")
@@ -287,7 +288,7 @@ class NativeHead:
             return None
         # read through a map: the pages are the ones llama.cpp maps for the same file
         blocks = np.memmap(path, dtype=np.uint8, mode="r", offset=start, shape=(size,))
-        return cls.from_blocks(blocks, tensor.type, n_vocab, n_embd)
+        return cls.from_blocks(blocks, tensor.type, n_vocab, n_embd, isa)
 
     def logits(
         self, hidden: np.ndarray, threads: int, stop: int | None = None
