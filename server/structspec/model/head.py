@@ -17,18 +17,26 @@ Two pieces, both used by ``LlamaModel``:
 - ``NativeHead``: the output matrix, read from the GGUF file and repacked for
   the kernel, and the kernel call: ``logits(hidden, threads)``.
 
-The arithmetic is llama.cpp's own for Q8_0 (hidden states quantized to Q8_0,
-exact integer block dot products, fp16 scales); only the order of the float
+The arithmetic is llama.cpp's own for the matrix's type (Q8_0: hidden states
+quantized to Q8_0; Q6_K: to q8_K; exact integer block dot products, the
+weights' fp16 scales), stated in ``_head.c``; only the order of the float
 additions differs, far below the batch-shape noise of docs/MEASUREMENTS.md §2.
-The head is used only where it holds: a Q8_0 output matrix without logit
-soft-capping, a CPU with AVX-512 VNNI, and a first pass whose logits match
-llama.cpp's (``LlamaModel`` checks that at load). Anywhere else llama.cpp
-computes the head as before. ``STRUCTSPEC_NATIVE_HEAD=0`` turns it off.
+The head is used only where it holds: a Q8_0 or Q6_K output matrix without
+logit soft-capping, a CPU with one of the kernel's instruction sets, and a
+first pass whose logits match llama.cpp's (``LlamaModel`` checks that at
+load). Anywhere else llama.cpp computes the head as before.
+
+The instruction set is chosen at run time: AVX-512 VNNI, else 256-bit
+AVX-VNNI, else AVX2. ``STRUCTSPEC_HEAD_ISA`` (``avx512``, ``avxvnni``,
+``avx2``) forces one, so that a machine with AVX-512 measures the path a
+laptop takes; a forced one this CPU lacks leaves llama.cpp's head.
+``STRUCTSPEC_NATIVE_HEAD=0`` turns the kernel off.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import struct
 from dataclasses import dataclass, field
@@ -37,22 +45,29 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+log = logging.getLogger(__name__)
+
 Q8_0 = 8  # ggml_type of Q8_0
-QK = 32  # values per Q8_0 block
+Q6_K = 14  # ggml_type of Q6_K
+#: The types the kernel takes: (values per block, bytes per block) in ggml's layout.
+BLOCKS: dict[int, tuple[int, int]] = {Q8_0: (32, 34), Q6_K: (256, 210)}
+_TYPE_NAMES = {Q8_0: "Q8_0", Q6_K: "Q6_K"}
+
+#: ``_head.c``'s instruction sets (``SS_ISA_*``), the preferred first.
+ISAS: dict[str, int] = {"avx512": 3, "avxvnni": 2, "avx2": 1}
 
 _lib: Any = None  # the loaded kernel library; False once it failed to load
 
-_i64, _ptr = ctypes.c_int64, ctypes.c_void_p
+_int, _i64, _ptr, _size = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_size_t
 #: ``_head.c``'s functions called from here: result type and argument types.
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
-    "ss_head_packed_bytes": (ctypes.c_size_t, [_i64, _i64]),
-    "ss_head_pack": (ctypes.c_int, [_ptr, _i64, _i64, _ptr]),
-    "ss_head_simd": (ctypes.c_int, []),
-    # packed, rows, cols, hidden states, n, logits out, scratch, threads, stop flag
-    "ss_head_logits": (
-        ctypes.c_int,
-        [_ptr, _i64, _i64, _ptr, _i64, _ptr, _ptr, ctypes.c_int, _ptr],
-    ),
+    "ss_head_packed_bytes": (_size, [_int, _i64, _i64]),
+    "ss_head_scratch_bytes": (_size, [_int, _i64, _i64]),
+    "ss_head_pack": (_int, [_int, _ptr, _i64, _i64, _ptr]),
+    "ss_head_isa_supported": (_int, [_int]),
+    # type, isa, packed, rows, cols, hidden states, n, logits out, scratch, threads, stop flag
+    "ss_head_logits": (_int, [_int, _int, _ptr, _i64, _i64, _ptr, _i64, _ptr, _ptr, _int, _ptr]),
+    "ss_capture_size": (_size, []),
 }
 
 
@@ -67,17 +82,54 @@ def _kernel() -> Any | None:
         except (ImportError, OSError):
             _lib = False
             return None
-        for name, (result, args) in _SIGNATURES.items():
-            function = getattr(lib, name)
-            function.restype, function.argtypes = result, args
+        try:
+            for name, (result, args) in _SIGNATURES.items():
+                function = getattr(lib, name)
+                function.restype, function.argtypes = result, args
+        except AttributeError as exc:  # a build of another version of _head.c
+            log.warning("structspec's head kernel is stale (%s): rebuild it", exc)
+            _lib = False
+            return None
         _lib = lib
     return _lib or None
 
 
-def kernel_available() -> bool:
-    """Whether the kernel is built and this CPU runs it (AVX-512 VNNI)."""
+def isa_supported(isa: str) -> bool:
+    """Whether the kernel is built and this CPU runs its ``isa`` path (a name of ``ISAS``)."""
     lib = _kernel()
-    return bool(lib is not None and lib.ss_head_simd())
+    return bool(lib is not None and isa in ISAS and lib.ss_head_isa_supported(ISAS[isa]))
+
+
+def chosen_isa() -> str | None:
+    """The instruction set the kernel runs with here, ``None`` where it has none.
+
+    The best this CPU has, or the one ``STRUCTSPEC_HEAD_ISA`` names; a name
+    this CPU lacks, or no name the kernel knows, gives ``None`` (logged):
+    llama.cpp computes the head.
+    """
+    forced = os.environ.get("STRUCTSPEC_HEAD_ISA", "").strip().lower()
+    if forced in ("", "auto"):
+        return next((isa for isa in ISAS if isa_supported(isa)), None)
+    if forced not in ISAS:
+        log.warning(
+            "STRUCTSPEC_HEAD_ISA=%s is none of %s: llama.cpp computes the output head",
+            forced,
+            ", ".join(ISAS),
+        )
+        return None
+    if not isa_supported(forced):
+        log.warning(
+            "STRUCTSPEC_HEAD_ISA=%s: this CPU (or this build) lacks it: "
+            "llama.cpp computes the output head",
+            forced,
+        )
+        return None
+    return forced
+
+
+def kernel_available() -> bool:
+    """Whether the kernel is built and has an instruction set for this CPU (see ``chosen_isa``)."""
+    return chosen_isa() is not None
 
 
 def enabled_by_environment() -> bool:
@@ -172,12 +224,15 @@ def _read_value(fh: BinaryIO, kind: int) -> object:
 
 
 class NativeHead:
-    """A Q8_0 output matrix repacked for ``_head.c``, and the kernel that applies it."""
+    """An output matrix (Q8_0 or Q6_K) repacked for ``_head.c``, and the kernel that applies it."""
 
-    def __init__(self, packed: np.ndarray, rows: int, cols: int) -> None:
+    def __init__(self, packed: np.ndarray, qtype: int, rows: int, cols: int, isa: str) -> None:
         self._packed = packed
+        self.qtype = qtype
         self.rows = rows
         self.cols = cols
+        #: The instruction set the kernel runs with (a name of ``ISAS``).
+        self.isa = isa
         lib = _kernel()
         if lib is None:
             raise RuntimeError("structspec's head kernel is not built")
@@ -186,30 +241,38 @@ class NativeHead:
         self._out = np.empty((0, rows), dtype=np.float32)
 
     @classmethod
-    def from_q8_0(cls, blocks: np.ndarray, rows: int, cols: int) -> NativeHead:
-        """Repack ``rows x cols`` weights given as ggml's Q8_0 bytes (``rows * cols / 32 * 34``)."""
+    def from_blocks(
+        cls, blocks: np.ndarray, qtype: int, rows: int, cols: int, isa: str | None = None
+    ) -> NativeHead:
+        """Repack ``rows x cols`` weights given as ggml's bytes of type ``qtype`` (Q8_0, Q6_K).
+
+        ``isa``: the instruction set to run with, ``chosen_isa()`` by default.
+        """
         lib = _kernel()
-        if lib is None:
-            raise RuntimeError("structspec's head kernel is not built")
-        size = lib.ss_head_packed_bytes(rows, cols)
+        isa = isa or chosen_isa()
+        if lib is None or isa is None or not isa_supported(isa):
+            raise RuntimeError(f"structspec's head kernel has no {isa or 'path'} for this CPU")
+        name = _TYPE_NAMES.get(qtype, f"ggml type {qtype}")
+        size = lib.ss_head_packed_bytes(qtype, rows, cols)
         data = np.ascontiguousarray(blocks, dtype=np.uint8)
-        if not size or data.nbytes != rows * (cols // QK) * (QK + 2):
-            raise ValueError(f"not a {rows} x {cols} Q8_0 matrix ({data.nbytes} bytes)")
+        if not size or data.nbytes != _matrix_bytes(qtype, rows, cols):
+            raise ValueError(f"not a {rows} x {cols} {name} matrix ({data.nbytes} bytes)")
         packed = np.empty(size, dtype=np.uint8)
-        if lib.ss_head_pack(data.ctypes.data, rows, cols, packed.ctypes.data) != 0:
+        if lib.ss_head_pack(qtype, data.ctypes.data, rows, cols, packed.ctypes.data) != 0:
             raise ValueError("the kernel refused the matrix")
-        return cls(packed, rows, cols)
+        return cls(packed, qtype, rows, cols, isa)
 
     @classmethod
     def from_gguf(cls, path: Path, n_vocab: int, n_embd: int) -> NativeHead | None:
         """The head of the GGUF at ``path``, or ``None`` where the kernel does not apply.
 
         The output matrix is ``output.weight``, or the token embedding where the
-        model ties them (Gemma). ``None``: another storage type than Q8_0, a
-        shape other than ``n_vocab x n_embd``, logit soft-capping (the kernel
-        returns raw logits), or no kernel for this CPU.
+        model ties them (Gemma). ``None``: another storage type than Q8_0 or
+        Q6_K, a shape other than ``n_vocab x n_embd``, logit soft-capping (the
+        kernel returns raw logits), or no kernel for this CPU.
         """
-        if not kernel_available() or n_embd % QK:
+        isa = chosen_isa()
+        if isa is None:
             return None
         layout = _read_gguf_layout(path)
         arch = layout.strings.get("general.architecture", "")
@@ -217,15 +280,15 @@ class NativeHead:
             if layout.numbers.get(key, 0.0) not in (0.0, 1.0):
                 return None
         tensor = layout.tensors.get("output.weight") or layout.tensors.get("token_embd.weight")
-        if tensor is None or tensor.type != Q8_0 or tensor.shape != (n_embd, n_vocab):
+        if tensor is None or tensor.shape != (n_embd, n_vocab):
             return None
-        size = n_vocab * (n_embd // QK) * (QK + 2)
+        size = _matrix_bytes(tensor.type, n_vocab, n_embd)
         start = layout.data_start + tensor.offset
-        if start + size > path.stat().st_size:
+        if not size or start + size > path.stat().st_size:
             return None
         # read through a map: the pages are the ones llama.cpp maps for the same file
         blocks = np.memmap(path, dtype=np.uint8, mode="r", offset=start, shape=(size,))
-        return cls.from_q8_0(blocks, n_vocab, n_embd)
+        return cls.from_blocks(blocks, tensor.type, n_vocab, n_embd, isa)
 
     def logits(
         self, hidden: np.ndarray, threads: int, stop: int | None = None
@@ -243,9 +306,12 @@ class NativeHead:
             raise ValueError(f"hidden states of shape {x.shape}, expected (n, {self.cols})")
         if len(self._out) < n:
             self._out = np.empty((n, self.rows), dtype=np.float32)
-            self._scratch = np.empty(n * (self.cols + 8 * self.cols // QK), dtype=np.uint8)
+            scratch = self._lib.ss_head_scratch_bytes(self.qtype, n, self.cols)
+            self._scratch = np.empty(scratch, dtype=np.uint8)
         out = self._out[:n]
         rc = self._lib.ss_head_logits(
+            self.qtype,
+            ISAS[self.isa],
             self._packed.ctypes.data,
             self.rows,
             self.cols,
@@ -263,8 +329,16 @@ class NativeHead:
         return out
 
 
+def _matrix_bytes(qtype: int, rows: int, cols: int) -> int:
+    """ggml's bytes of a ``rows x cols`` matrix of ``qtype``; 0 for a type or shape not taken."""
+    if qtype not in BLOCKS or cols % BLOCKS[qtype][0]:
+        return 0
+    values, size = BLOCKS[qtype]
+    return rows * (cols // values) * size
+
+
 class _Capture(ctypes.Structure):
-    """``ss_capture`` of ``_head.c``: the eval callback's state."""
+    """``ss_capture`` of ``_head.c``: the eval callback's state (its size checked at load)."""
 
     _fields_ = [
         ("get_name", ctypes.c_void_p),
@@ -327,6 +401,14 @@ class HiddenStates:
         except AttributeError:
             return None
         if address is None or None in accessors:
+            return None
+        if lib.ss_capture_size() != ctypes.sizeof(_Capture):
+            log.warning(
+                "structspec's head kernel was built with another ss_capture "
+                "(%d bytes, here %d): llama.cpp computes the output head",
+                lib.ss_capture_size(),
+                ctypes.sizeof(_Capture),
+            )
             return None
         capture = _Capture(*accessors, 0, 0, None, 0)
         return cls(llama_cpp.ggml_backend_sched_eval_callback(address), capture)
