@@ -21,8 +21,8 @@ from pathlib import Path
 
 from structspec.bench.prefill import code_tokens
 from structspec.completion.prewarm import prefill_in_chunks
-from structspec.model.prefix_cache import PrefixCache
 from structspec.model.llama import LlamaModel, default_model_path
+from structspec.model.prefix_cache import PrefixCache
 
 #: Prompt lengths measured (tokens; the longest fits the default 4,096 context).
 LENGTHS = (512, 1024, 2048, 3968)
