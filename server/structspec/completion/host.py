@@ -71,9 +71,10 @@ def engine_key(settings: Settings) -> EngineKey:
 
 
 def default_open_model(spec: str, **kwargs: Any) -> Model:
+    """The editor's model: with the on-disk prompt-prefix cache, so a restart starts warm."""
     from structspec.runtime import open_model
 
-    return open_model(spec, **kwargs)
+    return open_model(spec, prefix_cache=True, **kwargs)
 
 
 def default_load_engine(settings: Settings, **kwargs: Any) -> tuple[Engine, list[str]]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import os
 import stat
 import time
@@ -63,6 +64,7 @@ from structspec.model.base import (
     common_prefix_len,
 )
 from structspec.model.head import HiddenStates, NativeHead, enabled_by_environment
+from structspec.model.prefix_cache import RESTORE_MIN, PrefixCache
 from structspec.model.threads import IdleMeter, ThreadGovernor
 
 Announce = Callable[[str], None]
@@ -340,6 +342,8 @@ class LlamaModel:
         self._head: NativeHead | None = None
         #: The code that computes a verification pass's output head.
         self.head = "llama.cpp"
+        #: Evaluated prefixes on disk (``runtime.open_model`` attaches it), or ``None``.
+        self.prefix_cache: PrefixCache | None = None
 
     # -- loading -----------------------------------------------------------
     @classmethod
@@ -620,7 +624,7 @@ class LlamaModel:
     def prefill(self, tokens: Sequence[int]) -> int:
         if len(tokens) + 1 > self.n_ctx:
             raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
-        return self._fill(tokens, self._select_slot(tokens))
+        return self._fill(tokens, self._select_slot(tokens), complete=True)
 
     def prefill_part(self, tokens: Sequence[int], n: int) -> int:
         """``prefill(tokens[:n])`` in the slot ``prefill(tokens)`` would use (a chunk of it).
@@ -630,17 +634,65 @@ class LlamaModel:
         if len(tokens) + 1 > self.n_ctx:
             raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
         reused = self._select_slot(tokens)
-        return self._fill(tokens[:n], min(reused, n))
+        return self._fill(tokens[:n], min(reused, n), complete=n >= len(tokens))
 
-    def _fill(self, tokens: Sequence[int], reused: int) -> int:
-        """Evaluate ``tokens`` after the first ``reused`` the current slot holds."""
+    def _fill(self, tokens: Sequence[int], reused: int, *, complete: bool) -> int:
+        """Evaluate ``tokens`` after the first ``reused`` the current slot holds.
+
+        With a prefix cache, a saved state that spares enough of the evaluation
+        is read back first, and the end of a whole prompt's prefill
+        (``complete``, not a chunk of it) is saved for next time.
+        """
         self.truncate(reused)
+        cache = self.prefix_cache
+        if cache is not None and len(tokens) - len(self._slot.tokens) >= RESTORE_MIN:
+            self.truncate(cache.restore(self, tokens, len(self._slot.tokens)))
         reused = len(self._slot.tokens)
         for start in range(reused, len(tokens), self.n_batch):
             chunk = list(tokens[start : start + self.n_batch])
             self._decode(chunk, start, logits=False)
             self._slot.tokens.extend(chunk)
+        if cache is not None and complete:
+            cache.save_held(self, self._slot.tokens)
         return reused
+
+    # -- the prefix cache's state ------------------------------------------
+    def identity(self) -> str:
+        """What a saved KV state must match: the model file, the context and llama.cpp."""
+        st = self.path.stat()
+        return json.dumps(
+            [
+                str(self.path.resolve()),
+                st.st_size,
+                st.st_mtime_ns,
+                self.n_ctx,
+                self._llama.__version__,
+            ]
+        )
+
+    def state_bytes(self) -> bytes | None:
+        """llama.cpp's state of the current slot's sequence (``prefix_cache.SavesState``)."""
+        seq = self._slot.seq
+        size = self._llama.llama_state_seq_get_size(self._ctx, seq)
+        if size <= 0:
+            return None
+        buf = (ctypes.c_uint8 * size)()
+        n = self._llama.llama_state_seq_get_data(self._ctx, buf, size, seq)
+        return ctypes.string_at(buf, n) if n > 0 else None
+
+    def load_state(self, tokens: Sequence[int], data: bytes) -> bool:
+        """Replace the current slot's sequence by a saved one (``prefix_cache.SavesState``)."""
+        if not tokens or len(tokens) + 1 > self.n_ctx:
+            return False
+        slot = self._slot
+        self._llama.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
+        slot.tokens.clear()
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if self._llama.llama_state_seq_set_data(self._ctx, buf, len(data), slot.seq) == 0:
+            self._llama.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
+            return False
+        slot.tokens.extend(tokens)
+        return True
 
     def _rows(self, n: int) -> np.ndarray:
         ptr = self._llama.llama_get_logits(self._ctx)
