@@ -43,6 +43,7 @@ from structspec.engine.control import (
 from structspec.engine.decode import Engine
 from structspec.model.base import Model, ModelError
 from structspec.model.extras import GGUFModel, gguf_extras, threaded
+from structspec.model.head import chosen_isa
 from structspec.model.prefix_cache import PrefixCache, cache_home, default_cache_home
 from structspec.model.standin import StandInModel
 from structspec.model.threads import IdleMeter
@@ -249,6 +250,8 @@ def _cost_cache_path(model: GGUFModel, threads: int) -> Path:
             cpu,
             llama_cpp.__version__,
             model.head,
+            # the kernel's instruction set (STRUCTSPEC_HEAD_ISA can force another)
+            chosen_isa() if model.head == "structspec" else None,
         ]
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
