@@ -89,7 +89,8 @@ def open_model(
         if not seed.isdigit():
             raise ModelError(f"standin model seed must be an integer, not {seed!r}")
         return StandInModel(seed=int(seed), n_ctx=context_size, eos_bias=-3.0)
-    from structspec.model.llama import LlamaModel, default_model_path
+    from structspec.model.llama import LlamaModel
+    from structspec.model.paths import default_model_path
 
     path = spec or str(default_model_path(announce))
     return LlamaModel.load(path, n_ctx=context_size, threads=threads, slots=slots)
