@@ -102,7 +102,8 @@ def open_model(
             raise ModelError(f"standin model seed must be an integer, not {seed!r}")
         model = StandInModel(seed=int(seed), n_ctx=context_size, eos_bias=-3.0)
     else:
-        from structspec.model.llama import LlamaModel, default_model_path
+        from structspec.model.llama import LlamaModel
+        from structspec.model.paths import default_model_path
 
         path = spec or str(default_model_path(announce))
         model = LlamaModel.load(path, n_ctx=context_size, threads=threads, slots=slots)

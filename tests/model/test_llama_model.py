@@ -13,7 +13,8 @@ from structspec.engine import CostModel, DraftPlanner, Engine, GenerationOptions
 from structspec.model.base import Interrupt, Interrupted, ModelError
 from structspec.model.extras import interrupted_by, kv_slots
 from structspec.model.head import kernel_available
-from structspec.model.llama import LlamaModel, check_gguf_file, default_model_path
+from structspec.model.llama import LlamaModel
+from structspec.model.paths import check_gguf_file, default_model_path
 from structspec.model.standin import StandInModel
 
 
@@ -259,13 +260,13 @@ def test_a_decode_is_interrupted_from_another_thread_part_way(model):
 def test_amx_is_read_from_the_backends_system_info(monkeypatch):
     import llama_cpp
 
-    from structspec.model import llama
+    from structspec.model import amx
 
     with_amx = b"CPU : AVX2 = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 | "
     monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: with_amx)
-    assert llama.amx_backend()
+    assert amx.amx_backend()
     monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: b"CPU : AVX2 = 1 | ")
-    assert not llama.amx_backend()
+    assert not amx.amx_backend()
 
 
 @pytest.mark.model
@@ -274,9 +275,9 @@ def test_an_amx_backend_loads_plain_cpu_buffers_that_decode(monkeypatch):
     import llama_cpp
     import llama_cpp.llama_cpp as low
 
-    from structspec.model import llama
+    from structspec.model import amx
 
-    monkeypatch.setattr(llama, "amx_backend", lambda: True)
+    monkeypatch.setattr(amx, "amx_backend", lambda: True)
     seen: list[bool] = []
     default = llama_cpp.llama_model_load_from_file
 
@@ -293,7 +294,7 @@ def test_an_amx_backend_loads_plain_cpu_buffers_that_decode(monkeypatch):
     finally:
         m.close()
     assert seen == [False]
-    with llama.plain_buffers_for_llama():
+    with amx.plain_buffers_for_llama():
         assert low.llama_model_default_params().use_extra_bufts is False
     assert low.llama_model_default_params().use_extra_bufts is True
 

