@@ -254,27 +254,35 @@ class ProxyApp:
         names = FORWARDED_HEADERS if self.relay_authorization else FORWARDED_HEADERS[:-1]
         return {name: request.headers[name] for name in names if name in request.headers}
 
+    async def _incoming(self, request: Request) -> tuple[str, bytes, bool]:
+        """The backend path, the body to send and whether a stream was asked for.
+
+        Raises ``ApiError`` for a request the proxy refuses itself, ``ClientGone``.
+        """
+        raw = request.scope.get("raw_path")
+        try:
+            wire = raw.decode("utf-8") if raw else quote(request.url.path)
+        except UnicodeDecodeError:
+            raise ApiError(400, "the request path is not UTF-8", code="invalid_path") from None
+        path = backend_path(wire)
+        body = await read_body(request, self.max_body_bytes, self.body_timeout)
+        stream = False
+        if request.method == "POST":
+            payload = parse_json(body)
+            if isinstance(payload, dict):
+                stream = payload.get("stream") is True
+                if payload.get("model") == "auto":
+                    model = await self._first_model()
+                    if model is not None:
+                        payload["model"] = model
+                        body = json.dumps(payload).encode()
+        return path, body, stream
+
     async def relay(self, request: Request) -> Response:
         endpoint = _endpoint(request.url.path)
         t0 = time.monotonic()
-        stream = False
         try:
-            raw = request.scope.get("raw_path")
-            try:
-                wire = raw.decode("utf-8") if raw else quote(request.url.path)
-            except UnicodeDecodeError:
-                raise ApiError(400, "the request path is not UTF-8", code="invalid_path") from None
-            path = backend_path(wire)
-            body = await read_body(request, self.max_body_bytes, self.body_timeout)
-            if request.method == "POST":
-                payload = parse_json(body)
-                if isinstance(payload, dict):
-                    stream = payload.get("stream") is True
-                    if payload.get("model") == "auto":
-                        model = await self._first_model()
-                        if model is not None:
-                            payload["model"] = model
-                            body = json.dumps(payload).encode()
+            path, body, stream = await self._incoming(request)
         except ApiError as err:
             return self._fail(endpoint, err)
         except ClientGone:
@@ -331,6 +339,17 @@ class ProxyApp:
                 headers=out_headers,
                 media_type=None,
             )
+        return await self._relay_whole(upstream, endpoint, t0, out_headers)
+
+    async def _relay_whole(
+        self,
+        upstream: httpx.Response,
+        endpoint: str,
+        t0: float,
+        out_headers: dict[str, str],
+    ) -> Response:
+        """A non-streamed answer, read whole within the cap and the time limit, then relayed."""
+        status = upstream.status_code
         try:
             content = await self._read_answer(upstream, timeout=self.answer_timeout)
         except httpx.TimeoutException as exc:

@@ -218,7 +218,14 @@ def _encoding(value: Any) -> str:
 def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> StructspecServer:
     """A ready server (not started); see the module docstring for settings."""
     server = StructspecServer(base, pinned)
-    service = server.service
+    _register_lifecycle(server, server.service)
+    _register_documents(server, server.service)
+    _register_completion(server, server.service)
+    return server
+
+
+def _register_lifecycle(server: StructspecServer, service: CompletionService) -> None:
+    """initialize/initialized, configuration changes, shutdown and exit."""
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: StructspecServer, params: types.InitializeParams) -> None:
@@ -242,6 +249,20 @@ def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> Str
             ls.refresh_settings()
         else:
             await ls.pull_configuration()
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: StructspecServer, params: None) -> None:
+        ls.closing = True
+        service.close()
+
+    @server.feature(types.EXIT)
+    def exit_(ls: StructspecServer, params: None) -> None:
+        ls.closing = True  # also when a client exits without shutdown
+        service.close()
+
+
+def _register_documents(server: StructspecServer, service: CompletionService) -> None:
+    """Document open/change/close and the client's cursor notification."""
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: StructspecServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -278,6 +299,10 @@ def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> Str
             log.warning("ignoring %s with params %r", CURSOR_NOTIFICATION, params)
             return
         service.cursor_moved(*where)
+
+
+def _register_completion(server: StructspecServer, service: CompletionService) -> None:
+    """Inline and menu completion, and the accept and status commands."""
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline(
@@ -316,15 +341,3 @@ def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> Str
     @server.command(STATUS_COMMAND)
     def status(ls: StructspecServer, *args: Any) -> dict[str, Any]:
         return status_json(service.status())
-
-    @server.feature(types.SHUTDOWN)
-    def shutdown(ls: StructspecServer, params: None) -> None:
-        ls.closing = True
-        service.close()
-
-    @server.feature(types.EXIT)
-    def exit_(ls: StructspecServer, params: None) -> None:
-        ls.closing = True  # also when a client exits without shutdown
-        service.close()
-
-    return server
