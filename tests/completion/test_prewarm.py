@@ -303,7 +303,7 @@ async def test_request_stats_count_the_chunked_prefill():
     svc.open_document("file:///p/a.py", "python", 1, PY)
     s = await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
     assert s is not None and s.stats is not None
-    assert s.stats.prompt_tokens > 1000
+    assert s.stats.prompt_tokens > 500  # a first window (FIRST_WINDOW_MIN): several chunks
     assert s.stats.reused_tokens == 0  # nothing was cached before this request
     svc.close()
     assert svc.join()
