@@ -17,6 +17,7 @@ from structspec.completion.generate import (
     run_completion,
     word_end,
 )
+from structspec.completion.prewarm import PromptRate
 from structspec.completion.prompt import (
     FIRST_ANSWER_S,
     FIRST_WINDOW_MIN,
@@ -308,17 +309,21 @@ def test_a_block_keeps_its_lines_before_a_loop() -> None:
 LONG = "".join(f"v{i:03d} = a + b\n" for i in range(300))
 
 
-def _prompt(prompts: PromptBuilder, text: str, cut_hint=None, *, first: bool = True):
+def _prompt(prompts: PromptBuilder, text: str, cut_hint=None, *, full: bool = False):
     settings = Settings(model="standin", window_tokens=1536)
     cursor = CursorContext.at(text, len(text))
     job = CompletionInput("file:///a.py", text, len(text), "python", cursor, settings)
-    return build_prompt(prompts, SnippetChooser(), job, cut_hint, first=first)
+    return build_prompt(prompts, SnippetChooser(), job, cut_hint, full=full)
+
+
+#: ``PromptRate.observe`` as it measures (the completion tests script it: conftest.py).
+_OBSERVE = PromptRate.observe
 
 
 def _measured(prompts: PromptBuilder, tokens_per_s: float, chunks: int = 3) -> PromptBuilder:
     """``prompts`` after ``chunks`` prefill chunks that ran at ``tokens_per_s``."""
     for _ in range(chunks):
-        prompts.rate.observe(128, 128 / tokens_per_s)
+        _OBSERVE(prompts.rate, 128, 128 / tokens_per_s)
     return prompts
 
 
@@ -331,11 +336,13 @@ def test_the_first_window_is_the_measured_rate_times_the_target_within_floor_and
     _measured(prompts, 6000)
     assert first_window(model, prompts.rate, 64, 1536) == int(6000 * FIRST_ANSWER_S)
     assert first_window(model, prompts.rate, 64, 1000) == 1000  # windowTokens stays the cap
-    # Contended: the rate of now is half the median, so 750 tokens: the floor again.
+    # Contended: the rate of now is half the median, so 750 tokens.
     model.decode_threads = 1
-    assert first_window(model, prompts.rate, 64, 1536) == FIRST_WINDOW_MIN
+    assert first_window(model, prompts.rate, 64, 1536) == 750
+    _measured(prompts, 3000, chunks=4)  # the median moves with the latest chunks: 3,000
+    assert first_window(model, prompts.rate, 64, 1536) == FIRST_WINDOW_MIN  # 375: the floor
     model.decode_threads = 2
-    _measured(prompts, 20_000, chunks=4)  # the median moves with the latest chunks
+    _measured(prompts, 20_000, chunks=8)
     assert prompts.rate.tokens_per_s == 20_000
     assert first_window(model, prompts.rate, 64, 1536) == 1536
 
@@ -343,10 +350,10 @@ def test_the_first_window_is_the_measured_rate_times_the_target_within_floor_and
 def test_a_new_place_gets_a_first_window_and_a_cached_full_one_is_kept() -> None:
     model = ThreadedStandIn()
     prompts = PromptBuilder(model)
-    full = _prompt(prompts, LONG, first=False)
-    assert 0.75 * 1536 <= full.window <= 1536
+    full = _prompt(prompts, LONG, full=True)
+    assert 0.75 * 1536 <= len(full.tokens) - 1 <= 1536  # BOS + the window
     first = _prompt(prompts, LONG)  # nothing cached: a new place
-    assert 0.75 * FIRST_WINDOW_MIN <= first.window <= FIRST_WINDOW_MIN
+    assert 0.75 * FIRST_WINDOW_MIN <= len(first.tokens) - 1 <= FIRST_WINDOW_MIN
     assert first.cut > full.cut and LONG[first.cut - 1] == "\n"  # still cut at a line start
     assert grows(first, full) and not grows(full, full)
     # The full window is cached (pre-warm grew it): typing on keeps it, contended or not.
@@ -370,10 +377,10 @@ def test_a_full_window_prewarmed_at_a_place_is_found_from_another_kept_cut() -> 
     model = StandInModel()
     prompts = PromptBuilder(model)
     there = LONG[: len(LONG) // 2]
-    warmed = _prompt(prompts, there, first=False)
+    warmed = _prompt(prompts, there, full=True)
     model.prefill(warmed.tokens[:-1])
     kept = warmed.cut - 17 * 13  # 17 lines above: a cut the full window at the place keeps
-    assert _prompt(prompts, there, cut_hint=kept, first=False).cut == kept
+    assert _prompt(prompts, there, cut_hint=kept, full=True).cut == kept
     chosen = _prompt(prompts, there, cut_hint=kept)
     assert chosen.tokens == warmed.tokens
     # A model without a thread governor is never contended: the floor applies all the same.

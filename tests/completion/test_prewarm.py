@@ -8,12 +8,11 @@ import threading
 import time
 from collections.abc import Sequence
 
-import pytest
-
 from structspec.completion.documents import Range, TextChange
 from structspec.completion.prewarm import (
     DEFAULT_PROMPT_RATE,
     PLACES_KEPT,
+    PREFILL_CHUNK,
     PREWARM_IDLE_S,
     WINDOW_SHARE,
     Places,
@@ -309,7 +308,7 @@ async def test_request_stats_count_the_chunked_prefill():
     svc.open_document("file:///p/a.py", "python", 1, PY)
     s = await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
     assert s is not None and s.stats is not None
-    assert s.stats.prompt_tokens > 500  # a first window (FIRST_WINDOW_MIN): several chunks
+    assert s.stats.prompt_tokens > 2 * PREFILL_CHUNK  # a first window: several chunks
     assert s.stats.reused_tokens == 0  # nothing was cached before this request
     svc.close()
     assert svc.join()
@@ -365,16 +364,9 @@ def test_places_are_few_newest_first_and_move_with_the_edits():
 # -- pre-warm without the cursor report -------------------------------------------------
 
 
-@pytest.fixture
-def two_cores(monkeypatch):
-    """Every prefill chunk measures 1,000 tokens/s (the stand-in is far faster than a CPU model)."""
-    observe = PromptRate.observe
-    monkeypatch.setattr(PromptRate, "observe", lambda self, n, _s: observe(self, n, n / 1000.0))
-
-
-async def test_a_new_place_answers_from_a_first_window_and_prewarm_grows_it(two_cores):
+async def test_a_new_place_answers_from_a_first_window_and_prewarm_grows_it():
     model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
-    svc = make_service(model)  # the default window cap (1536); 1,000 tokens/s: the floor
+    svc = make_service(model)  # the default window cap (1536); 1,000 tokens/s (conftest): floor
     uri = "file:///p/a.py"
     svc.open_document(uri, "python", 1, PY)
     await wait_for(lambda: svc.stats.prewarmed == 1)  # the top of the document
@@ -394,7 +386,7 @@ async def test_a_new_place_answers_from_a_first_window_and_prewarm_grows_it(two_
     assert svc.join()
 
 
-async def test_a_document_that_fits_its_window_is_warmed_from_its_start_for_every_cursor(two_cores):
+async def test_a_document_that_fits_its_window_is_warmed_from_its_start_for_every_cursor():
     model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
     svc = make_service(model)
     uri = "file:///p/small.py"
@@ -414,7 +406,7 @@ async def test_a_document_that_fits_its_window_is_warmed_from_its_start_for_ever
     assert svc.join()
 
 
-async def test_the_other_latest_places_are_warmed_after_the_current_one(two_cores):
+async def test_the_other_latest_places_are_warmed_after_the_current_one():
     model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
     svc = make_service(model)
     uri = "file:///p/a.py"

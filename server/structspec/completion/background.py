@@ -263,11 +263,13 @@ class Background:
                         model, prompt.tokens[:-1], job.cancelled, rate=prompts.rate
                     )
 
-            prompt = build_prompt(prompts, snippets, inputs, session.cut)
+            # An opened document's top: nobody asked there yet, so no first window.
+            opened = job.input.offset < 0
+            prompt = build_prompt(prompts, snippets, inputs, session.cut, full=opened)
             session.cut = prompt.cut
             if not warm(prompt):
                 return
-            full = build_prompt(prompts, snippets, inputs, None, first=False)
+            full = build_prompt(prompts, snippets, inputs, None, full=True)
             if grows(prompt, full):
                 if not warm(full):
                     return
@@ -275,7 +277,7 @@ class Background:
             self._stats.prewarmed += 1
             for at in elsewhere:
                 there = replace(inputs, offset=at)
-                if not warm(build_prompt(prompts, snippets, there, None, first=False)):
+                if not warm(build_prompt(prompts, snippets, there, None, full=True)):
                     return
                 self._stats.prewarmed += 1
         except Exception:  # a failed pre-warm costs nothing but its time

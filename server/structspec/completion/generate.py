@@ -169,14 +169,14 @@ def build_prompt(
     job: CompletionInput,
     cut_hint: int | None,
     *,
-    first: bool = True,
+    full: bool = False,
 ) -> Prompt:
     """The job's prompt, with project context when it is on.
 
     The window follows the window policy (``prompt.choose_window``): at a
     new place a first window the machine evaluates within the latency target
-    (``prompt.first_window``), the full one where it is cached. ``first``
-    ``False``: the full window (pre-warm growing a first one).
+    (``prompt.first_window``), the full one where it is cached. ``full``:
+    the full window at ``cut_hint`` (pre-warm growing a first one).
     """
     settings = job.settings
     context: list[Snippet] = []
@@ -196,7 +196,7 @@ def build_prompt(
             context=context,
         )
 
-    if not first or not settings.prefix_reuse:
+    if full or not settings.prefix_reuse:
         return build(settings.window_tokens, cut_hint)
     model = prompts.model
     size = first_window(model, prompts.rate, settings.max_tokens, settings.window_tokens)

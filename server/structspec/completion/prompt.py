@@ -55,17 +55,17 @@ ANCHOR_CHARS = 1024
 WIDEN_BELOW = 4
 #: Seconds the prompt evaluation of a first answer at a new place should take.
 FIRST_ANSWER_S = 0.25
-#: Smallest window budget of a first answer at a new place. A window holds 3/4
-#: to all of its budget (a cut that is too long moves to fill 3/4), here 576
-#: to 768 tokens: 512-768-token windows completed lines as well as 1,536 on
-#: the infill suite with the default model (``docs/MEASUREMENTS.md`` §5).
-FIRST_WINDOW_MIN = 768
-#: A window holding less than this share of a full one at the same place is
-#: grown by pre-warm (a window kept while typing holds 3/4 to all of its budget).
+#: Smallest window budget of a first answer at a new place (quality): on the
+#: infill suite's real files a 512-token window completed lines as well as
+#: 1,536 with the default model (``docs/MEASUREMENTS.md`` §5, ``--windows``).
+FIRST_WINDOW_MIN = 512
+#: A prompt shorter than this share of the full one at the same place is grown
+#: by pre-warm (a window kept while typing holds 3/4 to all of its budget).
 GROW_BELOW = 2 / 3
 #: Suffix tokens kept in a FIM prompt (re-evaluated on every request).
 FIM_SUFFIX_TOKENS = 256
-#: Most tokens of project context before the window (and at most a third of the room).
+#: Most tokens of project context before the window (and at most a third of the
+#: room and of the window's budget: a first window's prompt stays small).
 CONTEXT_TOKENS = 512
 #: Repo-level token spellings: (repo name, file separator, family).
 _REPO_SPELLINGS = (
@@ -153,7 +153,6 @@ class Prompt:
     suffix_end: int  # end of the suffix window (== offset without FIM)
     fim: bool
     context: int = 0  # project-context tokens before the window (repo-level layout)
-    window: int = 0  # tokens of the window before the cursor (its header included)
 
 
 def _line_start_at_or_after(text: str, pos: int, limit: int) -> int:
@@ -201,8 +200,8 @@ def first_window(model: Model, rate: PromptRate, max_tokens: int, window_tokens:
     ``FIRST_WINDOW_MIN`` (quality) and at most the full budget
     (``windowTokens``, the cap). On 2 cores the default model evaluates about
     450-960 tokens/s: ``R * T`` is 110-240 tokens, so the floor decides, and
-    a new place waits for 768 tokens instead of 1,536; a machine evaluating
-    more than 3,072 tokens/s gets a wider first window. The FIM suffix comes
+    a new place waits for 512 tokens instead of 1,536; a machine evaluating
+    more than 2,048 tokens/s gets a wider first window. The FIM suffix comes
     on top (at most ``FIM_SUFFIX_TOKENS``).
     """
     budget = window_budget(prompt_room(model, max_tokens), window_tokens)
@@ -245,8 +244,12 @@ def choose_window(
 
 
 def grows(prompt: Prompt, full: Prompt) -> bool:
-    """``prompt``'s window is a first window that the ``full`` one at its place widens."""
-    return full.cut < prompt.cut and prompt.window < full.window * GROW_BELOW
+    """``prompt`` is a first answer's prompt that the ``full`` one at its place widens.
+
+    Wider: a window that starts no later and a prompt a good deal longer (a
+    first window also holds less project context).
+    """
+    return full.cut <= prompt.cut and len(prompt.tokens) < len(full.tokens) * GROW_BELOW
 
 
 class PromptBuilder:
@@ -293,7 +296,8 @@ class PromptBuilder:
             budget = min(FIM_SUFFIX_TOKENS, room // 4)
             suffix_tokens, suffix_end = self._suffix(text, offset, budget)
             room -= len(suffix_tokens) + 3
-        lead, header = self._context(uri, language, context, min(CONTEXT_TOKENS, room // 3))
+        most = min(CONTEXT_TOKENS, room // 3, window_budget(room, window_tokens) // 3)
+        lead, header = self._context(uri, language, context, most)
         room -= len(lead)
         budget = window_budget(max(4, room - len(self.bos)), window_tokens)
         cut, body = self._window(text, offset, header, budget, cut_hint)
@@ -302,7 +306,7 @@ class PromptBuilder:
             tokens = [*self.bos, *lead, f.prefix, *body, f.suffix, *suffix_tokens, f.middle]
         else:
             tokens = [*self.bos, *lead, *body]
-        return Prompt(tokens, cut, offset, suffix_end, self.fim is not None, len(lead), len(body))
+        return Prompt(tokens, cut, offset, suffix_end, self.fim is not None, len(lead))
 
     # -- project context ----------------------------------------------------
     def _context(
