@@ -107,6 +107,7 @@ class Background:
             self._warm_latest(uri)
 
     def _warm_latest(self, uri: str) -> None:
+        """Pre-warm ``uri`` at its latest place of an edit or a request (if it has one)."""
         session = self._sessions.get(uri)
         latest = session.places.latest if session is not None else None
         if latest is not None:
@@ -252,7 +253,8 @@ class Background:
                 prompt_room(model, inputs.settings.max_tokens), inputs.settings.window_tokens
             )
             opening = opening_offset(model, inputs.text, room)
-            if inputs.offset < 0:
+            opened = inputs.offset < 0  # nobody asked there yet: its full window, no first one
+            if opened:
                 inputs, elsewhere = replace(inputs, offset=opening), ()
             elif opening == len(inputs.text):  # the whole document fits its window
                 elsewhere = (opening,)
@@ -263,8 +265,6 @@ class Background:
                         model, prompt.tokens[:-1], job.cancelled, rate=prompts.rate
                     )
 
-            # An opened document's top: nobody asked there yet, so no first window.
-            opened = job.input.offset < 0
             prompt = build_prompt(prompts, snippets, inputs, session.cut, full=opened)
             session.cut = prompt.cut
             if not warm(prompt):
