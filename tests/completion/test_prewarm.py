@@ -37,10 +37,12 @@ class RecordingStandIn(StandInModel):
         super().__init__(**kw)
         self.prefills: list[tuple[int, int]] = []  # (tokens, reused)
         self.gate: threading.Event | None = None
+        self.waiting = threading.Event()  # set once a prefill waits on the gate
         self.delay = 0.0
 
     def prefill(self, tokens: Sequence[int]) -> int:
         if self.gate is not None:
+            self.waiting.set()
             self.gate.wait(10)
         if self.delay:
             time.sleep(self.delay)
@@ -420,5 +422,27 @@ async def test_the_other_latest_places_are_warmed_after_the_current_one():
     await svc.complete(CompletionRequest(uri, 40, 1, invoked=True))  # back at A
     tokens, reused = model.prefills[0]
     assert tokens > FIRST_WINDOW_MIN and reused >= tokens - 2  # A's full window, warmed
+    svc.close()
+    assert svc.join()
+
+
+async def test_a_request_abandons_the_growing_window_and_the_first_one_is_kept():
+    model = RecordingStandIn(n_ctx=4096, eos_bias=30.0)  # answers nothing: no pre-generation
+    svc = make_service(model)
+    uri = "file:///p/a.py"
+    svc.open_document(uri, "python", 1, PY)
+    await wait_for(lambda: svc.stats.prewarmed == 1)
+    await svc.complete(CompletionRequest(uri, 110, 5, invoked=True))  # a first window
+    first_cut = svc._sessions[uri].cut
+    model.prefills.clear()
+    model.gate = threading.Event()
+    await wait_for(model.waiting.is_set)  # pre-warm is growing the window there
+    request = asyncio.ensure_future(svc.complete(CompletionRequest(uri, 110, 5, invoked=True)))
+    await asyncio.sleep(0.05)  # the request abandoned the background job first thing
+    model.gate.set()
+    await request
+    assert svc.stats.prewarmed == 1  # the growth did not finish
+    assert svc._sessions[uri].cut == first_cut  # the request answered from the first window
+    assert all(reused >= n - 2 for n, reused in model.prefills)  # nothing was evaluated again
     svc.close()
     assert svc.join()
