@@ -8,6 +8,13 @@ When the window outgrows its budget the cut jumps forward to leave a quarter of
 the budget free, so the prompt changes its start rarely instead of sliding by
 one line per keystroke (a sliding start would defeat reuse on every request).
 
+The window policy: the budget is ``windowTokens``, but at a new place (a
+window no KV slot holds) the first answer comes from a *first window*, what
+the machine evaluates within a quarter of a second at its measured prompt rate
+(``first_window``, at least ``FIRST_WINDOW_MIN``); pre-warm grows it to the
+full window at that place while the user reads, and the kept cut moves there
+once it is cached (``choose_window``, ``grows``).
+
 With fill-in-the-middle tokens the order is prefix, suffix, middle
 (``FIM_PRE header+window FIM_SUF suffix FIM_MID``, after BOS when the
 vocabulary adds one): the stable part still comes first and only the short
