@@ -385,3 +385,20 @@ def test_a_full_window_prewarmed_at_a_place_is_found_from_another_kept_cut() -> 
     assert chosen.tokens == warmed.tokens
     # A model without a thread governor is never contended: the floor applies all the same.
     assert first_window(model, prompts.rate, 64, 1536) == FIRST_WINDOW_MIN
+
+
+def test_a_full_window_saved_before_a_restart_counts_as_cached(tmp_path) -> None:
+    """The on-disk prefix cache reads a saved window back in milliseconds: no first window."""
+    from structspec.model.prefix_cache import PrefixCache
+
+    def restarted() -> StandInModel:
+        model = StandInModel()
+        model.prefix_cache = PrefixCache(tmp_path, model.identity())
+        return model
+
+    before = restarted()
+    full = _prompt(PromptBuilder(before), LONG, full=True)
+    before.prefill(full.tokens[:-1])  # saved on disk
+    after = restarted()  # a new process: nothing in its KV cache
+    assert _prompt(PromptBuilder(after), LONG).tokens == full.tokens
+    assert _prompt(PromptBuilder(StandInModel()), LONG).tokens != full.tokens  # no disk cache

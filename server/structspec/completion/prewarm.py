@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from structspec.model.base import Interrupted, Model, common_prefix_len
 from structspec.model.extras import kv_slots
+from structspec.model.prefix_cache import RESTORE_MIN, PrefixCache
 
 #: Tokens evaluated between two checks of the stop condition.
 PREFILL_CHUNK = 128
@@ -133,6 +134,21 @@ def reusable_prefix(model: Model, tokens: Sequence[int]) -> int:
     if slotted is not None:
         return slotted.reusable_prefix(tokens)
     return common_prefix_len(model.cached_tokens, tokens)
+
+
+def restorable_prefix(model: Model, tokens: Sequence[int]) -> int:
+    """Tokens of ``tokens`` the model's on-disk prefix cache would read back (0: none).
+
+    A state read back costs milliseconds where its evaluation costs seconds,
+    so after a restart a window saved before counts as cached
+    (``prompt.to_evaluate``). Only what the model itself would restore:
+    ``RESTORE_MIN`` tokens or more (``model.prefix_cache``).
+    """
+    cache = getattr(model, "prefix_cache", None)  # LlamaModel and the stand-in have one
+    if not isinstance(cache, PrefixCache):
+        return 0
+    _, common = cache.best(tokens)
+    return common if common >= RESTORE_MIN else 0
 
 
 def prefill_in_chunks(

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from structspec.completion.documents import uri_path
-from structspec.completion.prewarm import PromptRate, reusable_prefix
+from structspec.completion.prewarm import PromptRate, restorable_prefix, reusable_prefix
 from structspec.completion.snippets import Snippet
 from structspec.engine.decode import PASS_ROWS_RESERVE
 from structspec.model.base import Model
@@ -217,8 +217,9 @@ def first_window(model: Model, rate: PromptRate, max_tokens: int, window_tokens:
 
 
 def to_evaluate(model: Model, prompt: Prompt) -> int:
-    """Tokens of ``prompt`` that no KV slot holds yet."""
-    return len(prompt.tokens) - reusable_prefix(model, prompt.tokens[:-1])
+    """Tokens of ``prompt`` that no KV slot holds and the on-disk prefix cache cannot restore."""
+    held = prompt.tokens[:-1]
+    return len(prompt.tokens) - max(reusable_prefix(model, held), restorable_prefix(model, held))
 
 
 def choose_window(
