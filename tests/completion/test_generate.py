@@ -17,7 +17,14 @@ from structspec.completion.generate import (
     run_completion,
     word_end,
 )
-from structspec.completion.prompt import PromptBuilder
+from structspec.completion.prewarm import PromptRate
+from structspec.completion.prompt import (
+    FIRST_ANSWER_S,
+    FIRST_WINDOW_MIN,
+    PromptBuilder,
+    first_window,
+    grows,
+)
 from structspec.completion.snippets import SnippetChooser
 from structspec.completion.suggest import BLOCK, CursorContext
 from structspec.config import Settings
@@ -298,44 +305,100 @@ def test_a_block_keeps_its_lines_before_a_loop() -> None:
     assert clean(whole.text, cursor, BLOCK) == "x = 1"  # the looping line is not offered
 
 
-#: 40 lines of 10 tokens (the stand-in's tokens are characters), cursor at the end.
-LONG = "".join(f"v{i % 10} = a + b\n" for i in range(40))
+#: 300 distinct lines of 13 tokens (the stand-in's tokens are characters), cursor at the end.
+LONG = "".join(f"v{i:03d} = a + b\n" for i in range(300))
 
 
-def _prompt(model, text: str, cut_hint=None, window_tokens: int = 200):
-    settings = Settings(model="standin", window_tokens=window_tokens)
+def _prompt(prompts: PromptBuilder, text: str, cut_hint=None, *, full: bool = False):
+    settings = Settings(model="standin", window_tokens=1536)
     cursor = CursorContext.at(text, len(text))
     job = CompletionInput("file:///a.py", text, len(text), "python", cursor, settings)
-    return build_prompt(PromptBuilder(model), SnippetChooser(), job, cut_hint)
+    return build_prompt(prompts, SnippetChooser(), job, cut_hint, full=full)
 
 
-def test_a_new_place_gets_half_the_window_while_the_cores_are_contended() -> None:
+#: ``PromptRate.observe`` as it measures (the completion tests script it: conftest.py).
+_OBSERVE = PromptRate.observe
+
+
+def _measured(prompts: PromptBuilder, tokens_per_s: float, chunks: int = 3) -> PromptBuilder:
+    """``prompts`` after ``chunks`` prefill chunks that ran at ``tokens_per_s``."""
+    for _ in range(chunks):
+        _OBSERVE(prompts.rate, 128, 128 / tokens_per_s)
+    return prompts
+
+
+def test_the_first_window_is_the_measured_rate_times_the_target_within_floor_and_cap() -> None:
     model = ThreadedStandIn()
-    quiet = _prompt(model, LONG)
-    assert 150 <= len(quiet.tokens) <= 201  # BOS + a window of at most 200
-    model.decode_threads = 1  # other processes took a core
-    contended = _prompt(model, LONG)
-    assert len(contended.tokens) <= 101
-    assert len(contended.tokens) >= 60  # 3/4 of the half budget at least, never empty
-    assert contended.cut > quiet.cut
-    assert LONG[contended.cut :].startswith("v")  # still cut at a line start
+    prompts = PromptBuilder(model)
+    # Before any measurement: the conservative default rate, so the floor.
+    assert first_window(model, prompts.rate, 64, 1536) == FIRST_WINDOW_MIN
+    # 6,000 tokens/s x 0.25 s = 1,500 tokens: above the floor, under the cap.
+    _measured(prompts, 6000)
+    assert first_window(model, prompts.rate, 64, 1536) == int(6000 * FIRST_ANSWER_S)
+    assert first_window(model, prompts.rate, 64, 1000) == 1000  # windowTokens stays the cap
+    # Contended: the rate of now is half the median, so 750 tokens.
+    model.decode_threads = 1
+    assert first_window(model, prompts.rate, 64, 1536) == 750
+    _measured(prompts, 3000, chunks=4)  # the median moves with the latest chunks: 3,000
+    assert first_window(model, prompts.rate, 64, 1536) == FIRST_WINDOW_MIN  # 375: the floor
+    model.decode_threads = 2
+    _measured(prompts, 20_000, chunks=8)
+    assert prompts.rate.tokens_per_s == 20_000
+    assert first_window(model, prompts.rate, 64, 1536) == 1536
 
 
-def test_a_cached_window_is_kept_under_contention_and_a_narrowed_one_when_quiet_again() -> None:
+def test_a_new_place_gets_a_first_window_and_a_cached_full_one_is_kept() -> None:
     model = ThreadedStandIn()
-    wide = _prompt(model, LONG)
-    model.prefill(wide.tokens[:-1])
+    prompts = PromptBuilder(model)
+    full = _prompt(prompts, LONG, full=True)
+    assert 0.75 * 1536 <= len(full.tokens) - 1 <= 1536  # BOS + the window
+    first = _prompt(prompts, LONG)  # nothing cached: a new place
+    assert 0.75 * FIRST_WINDOW_MIN <= len(first.tokens) - 1 <= FIRST_WINDOW_MIN
+    assert first.cut > full.cut and LONG[first.cut - 1] == "\n"  # still cut at a line start
+    assert grows(first, full) and not grows(full, full)
+    # The full window is cached (pre-warm grew it): typing on keeps it, contended or not.
+    model.prefill(full.tokens[:-1])
     model.decode_threads = 1
     typed = LONG + "v"
-    # The wide window is cached: typing on under contention keeps it (nothing to evaluate again).
-    assert _prompt(model, typed, cut_hint=wide.cut).cut == wide.cut
-    # A new place (nothing cached) is narrowed; once quiet, typing on keeps that cut.
+    assert _prompt(prompts, typed, cut_hint=full.cut).cut == full.cut
+    # The first window is cached and the machine quiet again: typing on keeps it (not
+    # widened at a keystroke, that would evaluate a whole window again).
     model.truncate(0)
-    narrow = _prompt(model, typed, cut_hint=wide.cut)
-    assert narrow.cut > wide.cut
-    model.prefill(narrow.tokens[:-1])
+    model.prefill(first.tokens[:-1])
     model.decode_threads = 2
-    assert _prompt(model, typed + "1", cut_hint=narrow.cut).cut == narrow.cut
-    # A model without a thread governor is never narrowed.
-    plain = StandInModel()
-    assert _prompt(plain, LONG).cut == wide.cut
+    assert _prompt(prompts, typed, cut_hint=first.cut).cut == first.cut
+    # A measured fast machine gets the full window at a new place.
+    model.truncate(0)
+    assert _prompt(_measured(prompts, 20_000), LONG).cut == full.cut
+
+
+def test_a_full_window_prewarmed_at_a_place_is_found_from_another_kept_cut() -> None:
+    """Pre-warm evaluated a place's full window from a fresh cut; the kept cut is elsewhere."""
+    model = StandInModel()
+    prompts = PromptBuilder(model)
+    there = LONG[: len(LONG) // 2]
+    warmed = _prompt(prompts, there, full=True)
+    model.prefill(warmed.tokens[:-1])
+    kept = warmed.cut - 17 * 13  # 17 lines above: a cut the full window at the place keeps
+    assert _prompt(prompts, there, cut_hint=kept, full=True).cut == kept
+    chosen = _prompt(prompts, there, cut_hint=kept)
+    assert chosen.tokens == warmed.tokens
+    # A model without a thread governor is never contended: the floor applies all the same.
+    assert first_window(model, prompts.rate, 64, 1536) == FIRST_WINDOW_MIN
+
+
+def test_a_full_window_saved_before_a_restart_counts_as_cached(tmp_path) -> None:
+    """The on-disk prefix cache reads a saved window back in milliseconds: no first window."""
+    from structspec.model.prefix_cache import PrefixCache
+
+    def restarted() -> StandInModel:
+        model = StandInModel()
+        model.prefix_cache = PrefixCache(tmp_path, model.identity())
+        return model
+
+    before = restarted()
+    full = _prompt(PromptBuilder(before), LONG, full=True)
+    before.prefill(full.tokens[:-1])  # saved on disk
+    after = restarted()  # a new process: nothing in its KV cache
+    assert _prompt(PromptBuilder(after), LONG).tokens == full.tokens
+    assert _prompt(PromptBuilder(StandInModel()), LONG).tokens != full.tokens  # no disk cache

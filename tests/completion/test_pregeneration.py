@@ -26,8 +26,14 @@ URI = "file:///a.py"
 TEXT = "items = [1, 2]\ntotal = "
 
 
-def make_service(model: StandInModel) -> CompletionService:
-    settings = Settings(model="standin", debounce_ms=0, max_tokens=64, sources=("lookup",))
+def make_service(model: StandInModel, window_tokens: int = 1536) -> CompletionService:
+    settings = Settings(
+        model="standin",
+        debounce_ms=0,
+        max_tokens=64,
+        sources=("lookup",),
+        window_tokens=window_tokens,
+    )
     return CompletionService(settings, open_model=lambda spec, **kw: model)
 
 
@@ -162,13 +168,16 @@ def test_a_keystroke_interrupts_the_pre_generation_pass_in_progress() -> None:
 
 
 def test_cursor_moved_pre_warms_the_prompt_at_the_cursor() -> None:
-    """Not the document as opened: the prompt of a request at the cursor, all but its last token."""
+    """Not the document as opened: the prompt of a request at the cursor, all but its last token.
+
+    (The document is longer than its window: one that fits is then evaluated to its end.)
+    """
     text = "".join(f"row_{i} = {i}\n" for i in range(40))
     offset = text.index("row_20") + 4
 
     async def scenario() -> str:
         model = StandInModel(seed=1)
-        svc = make_service(model)
+        svc = make_service(model, window_tokens=300)
         svc.open_document(URI, "python", 1, text)
         svc.cursor_moved(URI, 20, 4)
         await wait_for(lambda: svc.stats.prewarmed >= 1)

@@ -10,12 +10,17 @@ from collections.abc import Sequence
 
 from structspec.completion.documents import Range, TextChange
 from structspec.completion.prewarm import (
+    DEFAULT_PROMPT_RATE,
+    PLACES_KEPT,
+    PREFILL_CHUNK,
     PREWARM_IDLE_S,
     WINDOW_SHARE,
+    Places,
+    PromptRate,
     opening_offset,
     prefill_in_chunks,
 )
-from structspec.completion.prompt import ANCHOR_CHARS, PromptBuilder
+from structspec.completion.prompt import ANCHOR_CHARS, FIRST_WINDOW_MIN, PromptBuilder
 from structspec.completion.service import CompletionRequest, CompletionService
 from structspec.config import Settings
 from structspec.model.base import Interrupt, common_prefix_len
@@ -32,10 +37,12 @@ class RecordingStandIn(StandInModel):
         super().__init__(**kw)
         self.prefills: list[tuple[int, int]] = []  # (tokens, reused)
         self.gate: threading.Event | None = None
+        self.waiting = threading.Event()  # set once a prefill waits on the gate
         self.delay = 0.0
 
     def prefill(self, tokens: Sequence[int]) -> int:
         if self.gate is not None:
+            self.waiting.set()
             self.gate.wait(10)
         if self.delay:
             time.sleep(self.delay)
@@ -303,7 +310,139 @@ async def test_request_stats_count_the_chunked_prefill():
     svc.open_document("file:///p/a.py", "python", 1, PY)
     s = await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
     assert s is not None and s.stats is not None
-    assert s.stats.prompt_tokens > 1000
+    assert s.stats.prompt_tokens > 2 * PREFILL_CHUNK  # a first window: several chunks
     assert s.stats.reused_tokens == 0  # nothing was cached before this request
+    svc.close()
+    assert svc.join()
+
+
+# -- the prompt rate, measured from the prefill chunks --------------------------------
+
+
+def test_prefill_chunks_measure_the_prompt_rate():
+    """At 1 ms a token (a fake clock): 1,000 tokens/s; short chunks, cached tokens not counted."""
+    tokens = StandInModel().tokenize(PY)[:1000]
+    now = [0.0]
+
+    class Clocked(RecordingStandIn):
+        def prefill(self, toks: Sequence[int]) -> int:
+            now[0] += (len(toks) - common_prefix_len(self.cached_tokens, toks)) / 1000.0
+            return super().prefill(toks)
+
+    model = Clocked()
+    rate = PromptRate()
+    assert not rate.measured and rate.tokens_per_s == DEFAULT_PROMPT_RATE
+    model.prefill(tokens[:300])  # cached before: the chunks start after it
+
+    def clock() -> float:
+        return now[0]
+
+    assert prefill_in_chunks(model, tokens, lambda: False, chunk=128, clock=clock, rate=rate)
+    assert rate.measured and rate.tokens_per_s == 1000.0
+    rate = PromptRate()
+    model.truncate(0)
+    assert prefill_in_chunks(model, tokens[:40], lambda: False, clock=clock, rate=rate)
+    assert not rate.measured  # a 40-token chunk is mostly fixed costs
+
+
+# -- places of edits and requests -------------------------------------------------------
+
+
+def test_places_are_few_newest_first_and_move_with_the_edits():
+    places = Places()
+    for at in (100, 5000, 5010, 9000, 20_000):
+        places.visit(at)
+    # 5010 replaced 5000 (one place); at most PLACES_KEPT, newest first.
+    assert list(places) == [20_000, 9000, 5010][:PLACES_KEPT]
+    assert places.latest == 20_000
+    places.edited(end=6000, delta=50, length=30_050)  # 50 characters typed before 6000
+    assert list(places) == [20_050, 9050, 5010]
+    places.edited(end=9000, delta=-100, length=29_950)  # 9000..9100 deleted
+    assert list(places) == [19_950, 9000, 5010]
+    places.edited(end=None, delta=0, length=7000)  # the whole text replaced
+    assert list(places) == [7000, 7000, 5010]
+
+
+# -- pre-warm without the cursor report -------------------------------------------------
+
+
+async def test_a_new_place_answers_from_a_first_window_and_prewarm_grows_it():
+    model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
+    svc = make_service(model)  # the default window cap (1536); 1,000 tokens/s (conftest): floor
+    uri = "file:///p/a.py"
+    svc.open_document(uri, "python", 1, PY)
+    await wait_for(lambda: svc.stats.prewarmed == 1)  # the top of the document
+    model.prefills.clear()
+    await svc.complete(CompletionRequest(uri, 110, 5, invoked=True))  # a jump, no cursor report
+    assert max(n for n, _ in model.prefills) <= FIRST_WINDOW_MIN + 1  # a first window
+    first_cut = svc._sessions[uri].cut
+    # While the user reads, pre-warm evaluates the full window there and moves the cut to it.
+    await wait_for(lambda: svc.stats.prewarmed == 2)
+    session = svc._sessions[uri]
+    assert session.cut is not None and first_cut is not None and session.cut < first_cut
+    model.prefills.clear()
+    await svc.complete(CompletionRequest(uri, 110, 4, invoked=True))  # not the answer on screen
+    tokens, reused = model.prefills[0]
+    assert tokens > FIRST_WINDOW_MIN + 100 and reused >= tokens - 2  # the full window, cached
+    svc.close()
+    assert svc.join()
+
+
+async def test_a_document_that_fits_its_window_is_warmed_from_its_start_for_every_cursor():
+    model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
+    svc = make_service(model)
+    uri = "file:///p/small.py"
+    text = "".join(f"item_{i} = load({i})\n" for i in range(40))  # ~800 tokens: fits 1536
+    svc.open_document(uri, "python", 1, text)
+    await wait_for(lambda: svc.stats.prewarmed == 1)
+    svc.change_document(uri, 2, [TextChange("x", Range(10, 0, 10, 0))])  # an edit at line 10
+    # The edit's place, then the document from its start to its end.
+    await wait_for(lambda: svc.stats.prewarmed == 3)
+    doc = svc.documents.get(uri).text
+    assert model.detokenize(list(model.cached_tokens)).endswith(doc[:-1])
+    model.prefills.clear()
+    await svc.complete(CompletionRequest(uri, 35, 4, invoked=True))  # a cursor far below the edit
+    tokens, reused = model.prefills[0]
+    assert reused >= tokens - 2  # its window is a prefix of what was warmed
+    svc.close()
+    assert svc.join()
+
+
+async def test_the_other_latest_places_are_warmed_after_the_current_one():
+    model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
+    svc = make_service(model)
+    uri = "file:///p/a.py"
+    svc.open_document(uri, "python", 1, PY)
+    await wait_for(lambda: svc.stats.prewarmed == 1)
+    svc.change_document(uri, 2, [TextChange("y", Range(40, 0, 40, 0))])  # place A
+    svc.change_document(uri, 3, [TextChange("z", Range(110, 0, 110, 0))])  # place B, latest
+    # B (its prompt and the full window there), then A's full window.
+    await wait_for(lambda: svc.stats.prewarmed == 3)
+    model.prefills.clear()
+    await svc.complete(CompletionRequest(uri, 40, 1, invoked=True))  # back at A
+    tokens, reused = model.prefills[0]
+    assert tokens > FIRST_WINDOW_MIN and reused >= tokens - 2  # A's full window, warmed
+    svc.close()
+    assert svc.join()
+
+
+async def test_a_request_abandons_the_growing_window_and_the_first_one_is_kept():
+    model = RecordingStandIn(n_ctx=4096, eos_bias=30.0)  # answers nothing: no pre-generation
+    svc = make_service(model)
+    uri = "file:///p/a.py"
+    svc.open_document(uri, "python", 1, PY)
+    await wait_for(lambda: svc.stats.prewarmed == 1)
+    await svc.complete(CompletionRequest(uri, 110, 5, invoked=True))  # a first window
+    first_cut = svc._sessions[uri].cut
+    model.prefills.clear()
+    model.gate = threading.Event()
+    await wait_for(model.waiting.is_set)  # pre-warm is growing the window there
+    request = asyncio.ensure_future(svc.complete(CompletionRequest(uri, 110, 5, invoked=True)))
+    await asyncio.sleep(0.05)  # the request abandoned the background job first thing
+    model.gate.set()
+    await request
+    assert svc.stats.prewarmed == 1  # the growth did not finish
+    assert svc._sessions[uri].cut == first_cut  # the request answered from the first window
+    assert all(reused >= n - 2 for n, reused in model.prefills)  # nothing was evaluated again
     svc.close()
     assert svc.join()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from structspec.completion.prompt import PromptBuilder, snippet_comment
 from structspec.completion.snippets import (
     MAX_LINE_CHARS,
@@ -101,6 +104,14 @@ def test_snippets_that_do_not_fit_the_budget_are_left_out():
     assert len(p.tokens) <= 512
 
 
+async def wait_for(condition, timeout: float = 60.0) -> None:
+    """Wait (not a timing assertion) until ``condition()`` holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
 class _Recording(StandInModel):
     def __init__(self, **kw):
         super().__init__(**kw)
@@ -130,6 +141,9 @@ async def test_the_service_keeps_the_snippets_and_their_cache_while_typing():
     text = "import x\n" * 30 + "cfg = load_config(path)\n"
     svc.open_document("file:///p/a.py", "python", 1, text)
     line = text.count("\n")
+    # Opened and looked at: pre-warm evaluated the whole window with its context (a
+    # first answer at a new place would have a smaller window, with less context).
+    await wait_for(lambda: svc.stats.prewarmed == 1)
     await svc.complete(CompletionRequest("file:///p/a.py", line, 0, invoked=True))
     first = model.detokenize(model.prompts[-1])
     assert "ompare this snippet from helpers.py" in first and "load_config(path):" in first

@@ -170,5 +170,6 @@ async def test_cursor_notification_pre_warms_and_bad_params_are_ignored(client: 
         "structspec/didMoveCursor",
         {"textDocument": {"uri": URI}, "position": {"line": 1, "character": 4}},
     )
-    assert await _prewarmed(client, 2) == 2  # then the cursor's place
+    # then the cursor's place (and a document that fits its window, from its start again)
+    assert await _prewarmed(client, 2) >= 2
     assert (await inline(client, end_of(TEXT))).items  # still serving

@@ -6,8 +6,16 @@ is in when the model can be interrupted (``model.extras``), else between two
 prefill chunks or two verification passes.
 
 - *pre-warm*: an opened document, one the user stopped editing for
-  ``PREWARM_IDLE_S``, or the place the editor says the cursor moved to, is
-  prefilled into a KV slot (``prewarm``);
+  ``PREWARM_IDLE_S``, the place the editor says the cursor moved to, or the
+  place of a request once it is answered (and its pre-generation done), is
+  prefilled into a KV slot (``prewarm``). At that place the prompt a request
+  would build comes first (a first window at a new place, ``prompt.choose_window``),
+  then the full window there, which the document's kept cut moves to once it
+  is cached (the window grows while the user reads). Then where the user is
+  likely to go without telling us (no ``structspec/didMoveCursor``: Helix,
+  Emacs, Sublime): a document that fits its window is evaluated from its
+  start to its end, a prefix every cursor in it shares; another gets the
+  full windows of its other latest places (``jobs.Session.places``);
 - *pre-generation*: once a suggestion is shown, the model keeps writing past
   its end (``generate.continue_generation``), so that accepting it (whole, a
   line, a word) and going on is answered from what is written
@@ -34,8 +42,13 @@ from structspec.completion.generate import (
     continue_generation,
 )
 from structspec.completion.jobs import Job, JobMaker, Session
-from structspec.completion.prewarm import PREWARM_IDLE_S, opening_offset, prefill_in_chunks
-from structspec.completion.prompt import prompt_room, window_budget
+from structspec.completion.prewarm import (
+    PLACE_CHARS,
+    PREWARM_IDLE_S,
+    opening_offset,
+    prefill_in_chunks,
+)
+from structspec.completion.prompt import Prompt, grows, prompt_room, window_budget
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.status import StatusBoard
 from structspec.completion.worker import Worker
@@ -83,6 +96,22 @@ class Background:
             return
         self.abandon()
         self._timer = loop.call_later(PREWARM_IDLE_S, self._start_prewarm, uri, offset)
+
+    def resume(self, uri: str) -> None:
+        """A request for ``uri`` ended: warm where the user is, unless other work is scheduled.
+
+        After a suggestion, pre-generation is scheduled; it resumes pre-warm
+        itself when it ends (``_pregeneration_ended``).
+        """
+        if self._timer is None and self._job is None:
+            self._warm_latest(uri)
+
+    def _warm_latest(self, uri: str) -> None:
+        """Pre-warm ``uri`` at its latest place of an edit or a request (if it has one)."""
+        session = self._sessions.get(uri)
+        latest = session.places.latest if session is not None else None
+        if latest is not None:
+            self.schedule_prewarm(uri, latest)
 
     def schedule_pregeneration(self, uri: str) -> None:
         """Continue the suggestion shown for ``uri`` as soon as the worker is free."""
@@ -141,9 +170,14 @@ class Background:
             return
         doc, session = found
         at = -1 if offset is None else max(0, min(offset, len(doc.text)))
+        elsewhere: tuple[int, ...] = ()
+        if at >= 0:
+            elsewhere = tuple(
+                p for p in session.places if abs(p - at) >= PLACE_CHARS and p <= len(doc.text)
+            )
         job = self._make_job(session, uri, doc.text, at, self._settings(), time.perf_counter())
         self._job = job
-        self._worker.submit(self._prewarm, job)
+        self._worker.submit(self._prewarm, job, elsewhere)
 
     def _start_pregeneration(self, uri: str) -> None:
         self._timer = None
@@ -153,6 +187,7 @@ class Background:
         doc, session = found
         pending = session.pending
         if pending is None or pending.continuation is None:
+            self._warm_latest(uri)  # nothing to write past: warm instead
             return
         base = pending.continuation.tokens
         settings, t0 = self._settings(), time.perf_counter()
@@ -165,6 +200,15 @@ class Background:
         future.add_done_callback(
             lambda f: self._worker.call_soon(self._pregenerated, session, base, f)
         )
+        future.add_done_callback(
+            lambda f: self._worker.call_soon(self._pregeneration_ended, uri, job)
+        )
+
+    def _pregeneration_ended(self, uri: str, job: Job) -> None:
+        """Loop: a pre-generation nothing abandoned ended: pre-warm goes on at the place."""
+        if self._job is job and not job.cancelled():
+            self._job = None
+            self._warm_latest(uri)
 
     def _pregenerated(
         self,
@@ -188,24 +232,54 @@ class Background:
             session.remember(extended.tokens[-len(ext.tokens) - GENERATED_CONTEXT_TOKENS :])
 
     # -- worker thread ------------------------------------------------------
-    def _prewarm(self, job: Job) -> None:
-        """Worker: evaluate the job's prompt into a KV slot until done or abandoned."""
+    def _prewarm(self, job: Job, elsewhere: tuple[int, ...]) -> None:
+        """Worker: warm the job's place, then ``elsewhere``, until done or abandoned.
+
+        The job's place (an offset below zero: an opened document's top) gets
+        the prompt a request there would build now, then, when that is a first
+        window (``prompt.grows``), the full window, and the kept cut moves to it
+        once it is cached. A document that fits its window is then evaluated
+        from its start to its end (every cursor in it shares that prefix);
+        else the full windows of the places ``elsewhere`` are evaluated.
+        """
         inputs, host = job.input, self._worker.host
         if job.cancelled() or self._worker.closed or not inputs.settings.prefix_reuse:
             return
         try:
             model = host.engine_for(inputs.settings).model
-            if inputs.offset < 0:
-                room = window_budget(
-                    prompt_room(model, inputs.settings.max_tokens), inputs.settings.window_tokens
-                )
-                inputs = replace(inputs, offset=opening_offset(model, inputs.text, room))
             assert host.prompts is not None
-            prompt = build_prompt(host.prompts, host.snippets, inputs, job.session.cut)
-            job.session.cut = prompt.cut
-            with interrupted_by(model, job.interrupt):
-                if prefill_in_chunks(model, prompt.tokens[:-1], job.cancelled):
-                    self._stats.prewarmed += 1
+            prompts, snippets, session = host.prompts, host.snippets, job.session
+            room = window_budget(
+                prompt_room(model, inputs.settings.max_tokens), inputs.settings.window_tokens
+            )
+            opening = opening_offset(model, inputs.text, room)
+            opened = inputs.offset < 0  # nobody asked there yet: its full window, no first one
+            if opened:
+                inputs, elsewhere = replace(inputs, offset=opening), ()
+            elif opening == len(inputs.text):  # the whole document fits its window
+                elsewhere = (opening,)
+
+            def warm(prompt: Prompt) -> bool:
+                with interrupted_by(model, job.interrupt):
+                    return prefill_in_chunks(
+                        model, prompt.tokens[:-1], job.cancelled, rate=prompts.rate
+                    )
+
+            prompt = build_prompt(prompts, snippets, inputs, session.cut, full=opened)
+            session.cut = prompt.cut
+            if not warm(prompt):
+                return
+            full = build_prompt(prompts, snippets, inputs, None, full=True)
+            if grows(prompt, full):
+                if not warm(full):
+                    return
+                session.cut = full.cut  # typing on here now extends the full window
+            self._stats.prewarmed += 1
+            for at in elsewhere:
+                there = replace(inputs, offset=at)
+                if not warm(build_prompt(prompts, snippets, there, None, full=True)):
+                    return
+                self._stats.prewarmed += 1
         except Exception:  # a failed pre-warm costs nothing but its time
             log.debug("pre-warm of %s failed", inputs.uri, exc_info=True)
 

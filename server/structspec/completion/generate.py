@@ -39,8 +39,19 @@ from dataclasses import dataclass, field
 
 from structspec.completion.cache import Continuation, Extension
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
-from structspec.completion.prewarm import PREFILL_CHUNK, prefill_in_chunks, reusable_prefix
-from structspec.completion.prompt import Prompt, PromptBuilder, contended_window, file_name
+from structspec.completion.prewarm import (
+    PREFILL_CHUNK,
+    PromptRate,
+    prefill_in_chunks,
+    reusable_prefix,
+)
+from structspec.completion.prompt import (
+    Prompt,
+    PromptBuilder,
+    choose_window,
+    file_name,
+    first_window,
+)
 from structspec.completion.snippets import Neighbour, Snippet, SnippetChooser
 from structspec.completion.suggest import (
     BLOCK,
@@ -157,12 +168,15 @@ def build_prompt(
     snippets: SnippetChooser,
     job: CompletionInput,
     cut_hint: int | None,
+    *,
+    full: bool = False,
 ) -> Prompt:
     """The job's prompt, with project context when it is on.
 
-    While other processes hold the cores (``contended_window``), the prompt
-    with a window of half the budget is taken instead when it leaves fewer
-    tokens to evaluate: at a new place, not where the wide window is cached.
+    The window follows the window policy (``prompt.choose_window``): at a
+    new place a first window the machine evaluates within the latency target
+    (``prompt.first_window``), the full one where it is cached. ``full``:
+    the full window at ``cut_hint`` (pre-warm growing a first one).
     """
     settings = job.settings
     context: list[Snippet] = []
@@ -170,29 +184,23 @@ def build_prompt(
         neighbours = [Neighbour(o.uri, file_name(o.uri), o.version, o.text) for o in job.others]
         context = snippets.choose(job.uri, job.text, job.offset, neighbours)
 
-    def build(window_tokens: int) -> Prompt:
+    def build(window_tokens: int, hint: int | None) -> Prompt:
         return prompts.build(
             job.text,
             job.offset,
             uri=job.uri,
             language=job.language,
-            cut_hint=cut_hint,
+            cut_hint=hint,
             max_tokens=settings.max_tokens,
             window_tokens=window_tokens,
             context=context,
         )
 
-    prompt = build(settings.window_tokens)
-    narrow = contended_window(prompts.model, settings.max_tokens, settings.window_tokens)
-    if narrow is None or not settings.prefix_reuse:
-        return prompt
-    narrowed = build(narrow)
-    return narrowed if _to_evaluate(prompts, narrowed) < _to_evaluate(prompts, prompt) else prompt
-
-
-def _to_evaluate(prompts: PromptBuilder, prompt: Prompt) -> int:
-    """Tokens of ``prompt`` that no KV slot holds yet."""
-    return len(prompt.tokens) - reusable_prefix(prompts.model, prompt.tokens[:-1])
+    if full or not settings.prefix_reuse:
+        return build(settings.window_tokens, cut_hint)
+    model = prompts.model
+    size = first_window(model, prompts.rate, settings.max_tokens, settings.window_tokens)
+    return choose_window(model, build, cut_hint, settings.window_tokens, size)
 
 
 @dataclass(frozen=True)
@@ -257,7 +265,7 @@ def run_completion(
         model.truncate(0)  # evaluate the whole prompt again (the benchmark's baseline)
     reused = reusable_prefix(model, prompt.tokens[:-1])
     t_prefill = clock()
-    if not _prefill_within_budget(model, prompt, job, cancelled, clock):
+    if not _prefill_within_budget(model, prompt, job, cancelled, clock, prompts.rate):
         return Outcome(cancelled=cancelled(), cut=prompt.cut, unfinished=not cancelled())
     generation_start = clock()
     budget = generation_budget(model, settings)
@@ -331,6 +339,7 @@ def _prefill_within_budget(
     job: CompletionInput,
     cancelled: Callable[[], bool],
     clock: Callable[[], float],
+    rate: PromptRate,
 ) -> bool:
     """Evaluate the prompt but its last chunk, unless ``max_latency_ms`` runs out first."""
     budget = job.settings.max_latency_ms / 1000.0
@@ -341,6 +350,7 @@ def _prefill_within_budget(
         leave=PREFILL_CHUNK,  # the engine evaluates the last chunk itself
         deadline=job.t0 + budget,
         clock=clock,
+        rate=rate,
     )
 
 

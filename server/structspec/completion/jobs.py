@@ -26,6 +26,7 @@ from typing import Protocol
 from structspec.completion.cache import PendingSuggestion
 from structspec.completion.documents import Document
 from structspec.completion.generate import CompletionInput, Outcome
+from structspec.completion.prewarm import Places
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.suggest import CursorContext
 from structspec.config import Settings
@@ -104,6 +105,8 @@ class Session:
     job: Job | None = None
     task: asyncio.Future[Result] | None = None
     recent: deque[tuple[int, ...]] = field(default_factory=lambda: deque(maxlen=RECENT_SUGGESTIONS))
+    #: Where the user last edited or asked (loop): what pre-warm warms without a cursor report.
+    places: Places = field(default_factory=Places)
 
     def remember(self, generated: tuple[int, ...]) -> None:
         if not generated:

@@ -8,6 +8,13 @@ When the window outgrows its budget the cut jumps forward to leave a quarter of
 the budget free, so the prompt changes its start rarely instead of sliding by
 one line per keystroke (a sliding start would defeat reuse on every request).
 
+The window policy: the budget is ``windowTokens``, but at a new place (a
+window no KV slot holds) the first answer comes from a *first window*, what
+the machine evaluates within a quarter of a second at its measured prompt rate
+(``first_window``, at least ``FIRST_WINDOW_MIN``); pre-warm grows it to the
+full window at that place while the user reads, and the kept cut moves there
+once it is cached (``choose_window``, ``grows``).
+
 With fill-in-the-middle tokens the order is prefix, suffix, middle
 (``FIM_PRE header+window FIM_SUF suffix FIM_MID``, after BOS when the
 vocabulary adds one): the stable part still comes first and only the short
@@ -30,10 +37,11 @@ are looked up here by their text (``repo_tokens``).
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from structspec.completion.documents import uri_path
+from structspec.completion.prewarm import PromptRate, restorable_prefix, reusable_prefix
 from structspec.completion.snippets import Snippet
 from structspec.engine.decode import PASS_ROWS_RESERVE
 from structspec.model.base import Model
@@ -48,12 +56,23 @@ _MAX_WINDOW_CHARS_PER_TOKEN = 12
 #: Stride of the stable window starts inside a line without breaks (see ``_is_anchor``).
 ANCHOR_CHARS = 1024
 #: A kept cut whose window has fallen below ``1 / WIDEN_BELOW`` of the budget
-#: (the cursor moved back up) is moved back to widen it; a window narrowed
-#: under contention (``contended_window``: 3/8 to 1/2 of the budget) is kept.
+#: (the cursor moved back up) is moved back to widen it. A first window
+#: (``first_window``) may hold less; ``choose_window`` keeps it while it is
+#: what the KV cache holds, and pre-warm grows it.
 WIDEN_BELOW = 4
+#: Seconds the prompt evaluation of a first answer at a new place should take.
+FIRST_ANSWER_S = 0.25
+#: Smallest window budget of a first answer at a new place (quality): on the
+#: infill suite's real files a 512-token window completed lines as well as
+#: 1,536 with the default model (``docs/MEASUREMENTS.md`` §5, ``--windows``).
+FIRST_WINDOW_MIN = 512
+#: A prompt shorter than this share of the full one at the same place is grown
+#: by pre-warm (a window kept while typing holds 3/4 to all of its budget).
+GROW_BELOW = 2 / 3
 #: Suffix tokens kept in a FIM prompt (re-evaluated on every request).
 FIM_SUFFIX_TOKENS = 256
-#: Most tokens of project context before the window (and at most a third of the room).
+#: Most tokens of project context before the window (and at most a third of the
+#: room and of the window's budget: a first window's prompt stays small).
 CONTEXT_TOKENS = 512
 #: Repo-level token spellings: (repo name, file separator, family).
 _REPO_SPELLINGS = (
@@ -175,21 +194,70 @@ def window_budget(room: int, window_tokens: int) -> int:
     return min(room, window_tokens) if window_tokens > 0 else room
 
 
-def contended_window(model: Model, max_tokens: int, window_tokens: int) -> int | None:
-    """The window cap for a new place while other processes hold the cores, else ``None``.
+def first_window(model: Model, rate: PromptRate, max_tokens: int, window_tokens: int) -> int:
+    """The window budget of a first answer at a new place (a window no KV slot holds).
 
-    A prompt's evaluation under CPU contention is several times slower than on
-    a quiet machine (``docs/MEASUREMENTS.md`` §4), so a place the KV cache does
-    not hold gets half the window it would get: the prefill the user waits for
-    halves. Such a window usually holds 3/8 to 1/2 of the full budget (a cut
-    that is too long moves to fill 3/4 of its budget), above ``WIDEN_BELOW``,
-    so once the machine is quiet again the cut is kept instead of being
-    widened at a keystroke. "Contended" is the thread governor's verdict: the
-    next decode runs on fewer threads than the model has.
+    What the user waits for there is the window's evaluation: ``W`` tokens
+    at ``R`` tokens/s take ``W / R`` seconds, so the window that is evaluated
+    within the target ``T`` (``FIRST_ANSWER_S``) is ``W = R * T``. ``R`` is
+    the median rate of the latest prefill chunks (``rate``), halved while
+    other processes hold the cores (the thread governor runs the model on
+    fewer threads; a chunk is then 2-3 times slower, ``docs/MEASUREMENTS.md``
+    §4, and the median still holds quiet chunks). ``W`` is at least
+    ``FIRST_WINDOW_MIN`` (quality) and at most the full budget
+    (``windowTokens``, the cap). On 2 cores the default model evaluates about
+    450-960 tokens/s: ``R * T`` is 110-240 tokens, so the floor decides, and
+    a new place waits for 512 tokens instead of 1,536; a machine evaluating
+    more than 2,048 tokens/s gets a wider first window. The FIM suffix comes
+    on top (at most ``FIM_SUFFIX_TOKENS``).
     """
-    if not contended(model):
-        return None
-    return max(1, window_budget(prompt_room(model, max_tokens), window_tokens) // 2)
+    budget = window_budget(prompt_room(model, max_tokens), window_tokens)
+    tokens_per_s = rate.tokens_per_s / (2 if contended(model) else 1)
+    return max(1, min(budget, max(FIRST_WINDOW_MIN, int(tokens_per_s * FIRST_ANSWER_S))))
+
+
+def to_evaluate(model: Model, prompt: Prompt) -> int:
+    """Tokens of ``prompt`` that no KV slot holds and the on-disk prefix cache cannot restore."""
+    held = prompt.tokens[:-1]
+    return len(prompt.tokens) - max(reusable_prefix(model, held), restorable_prefix(model, held))
+
+
+def choose_window(
+    model: Model,
+    build: Callable[[int, int | None], Prompt],
+    cut_hint: int | None,
+    window_tokens: int,
+    first: int,
+) -> Prompt:
+    """The window policy: the full window where it is cached, a first window at a new place.
+
+    ``build(window_tokens, cut_hint)`` builds a prompt. The full window at the
+    kept cut is taken when what it leaves to evaluate fits a first window
+    (``first``, from ``first_window``): the user is typing on where it is
+    cached. Else this is a new place, and of the full window at the kept
+    cut, the full window from a fresh cut (what pre-warm evaluated at a place
+    the user comes back to) and the first window, the one that leaves the
+    fewest tokens to evaluate answers (the wider on a tie). Pre-warm then
+    grows a first window to the full one while the user reads
+    (``grows``), and the kept cut moves to it once it is cached.
+    """
+    prompt = build(window_tokens, cut_hint)
+    if to_evaluate(model, prompt) <= first:
+        return prompt
+    candidates = [prompt]
+    if cut_hint is not None:
+        candidates.append(build(window_tokens, None))
+    candidates.append(build(first, cut_hint))
+    return min(candidates, key=lambda p: to_evaluate(model, p))
+
+
+def grows(prompt: Prompt, full: Prompt) -> bool:
+    """``prompt`` is a first answer's prompt that the ``full`` one at its place widens.
+
+    Wider: a window that starts no later and a prompt a good deal longer (a
+    first window also holds less project context).
+    """
+    return full.cut <= prompt.cut and len(prompt.tokens) < len(full.tokens) * GROW_BELOW
 
 
 class PromptBuilder:
@@ -204,6 +272,8 @@ class PromptBuilder:
         # SentencePiece vocabularies put a dummy space before every tokenized text.
         self._space_prefix = model.detokenize(model.tokenize("a", add_bos=False)) == " a"
         self._context_cache: tuple[tuple[object, ...], tuple[list[int], str]] | None = None
+        #: Prompt tokens/s of this model's latest prefill chunks (``first_window``).
+        self.rate = PromptRate()
 
     def build(
         self,
@@ -234,7 +304,8 @@ class PromptBuilder:
             budget = min(FIM_SUFFIX_TOKENS, room // 4)
             suffix_tokens, suffix_end = self._suffix(text, offset, budget)
             room -= len(suffix_tokens) + 3
-        lead, header = self._context(uri, language, context, min(CONTEXT_TOKENS, room // 3))
+        most = min(CONTEXT_TOKENS, room // 3, window_budget(room, window_tokens) // 3)
+        lead, header = self._context(uri, language, context, most)
         room -= len(lead)
         budget = window_budget(max(4, room - len(self.bos)), window_tokens)
         cut, body = self._window(text, offset, header, budget, cut_hint)

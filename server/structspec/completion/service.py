@@ -131,10 +131,20 @@ class CompletionService:
         return doc
 
     def change_document(self, uri: str, version: int, changes: Iterable[TextChange]) -> Document:
-        """Apply edits; raises ``UnknownDocument`` for a URI that is not open."""
+        """Apply edits; raises ``UnknownDocument`` for a URI that is not open.
+
+        The edit's place becomes the document's latest (``jobs.Session.places``),
+        and the places after it move with the text.
+        """
+        before = self.documents.get(uri)
+        length = len(before.text) if before is not None else 0
         doc = self.documents.change(uri, version, changes)
         self.debounce.keystroke(time.perf_counter())
         self._touch(uri)
+        places = self._sessions.setdefault(uri, Session()).places
+        places.edited(doc.edited_at, len(doc.text) - length, len(doc.text))
+        if doc.edited_at is not None:
+            places.visit(doc.edited_at)
         self._background.schedule_prewarm(uri, doc.edited_at)
         return doc
 
@@ -297,4 +307,10 @@ class CompletionService:
         cancelled (the generation stops too once no request waits for it).
         """
         self._worker.bind_loop()
-        return await self._requests.complete(request)
+        doc = self.documents.get(request.uri)
+        if doc is not None:
+            at = doc.offset_at(request.line, request.character, self.documents.encoding)
+            self._sessions.setdefault(request.uri, Session()).places.visit(at)
+        suggestion = await self._requests.complete(request)
+        self._background.resume(request.uri)  # warm where the user is while they read
+        return suggestion
