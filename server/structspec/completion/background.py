@@ -34,7 +34,12 @@ from structspec.completion.generate import (
     continue_generation,
 )
 from structspec.completion.jobs import Job, JobMaker, Session
-from structspec.completion.prewarm import PREWARM_IDLE_S, opening_offset, prefill_in_chunks
+from structspec.completion.prewarm import (
+    PREWARM_IDLE_S,
+    opening_offset,
+    prefill_in_chunks,
+    reusable_prefix,
+)
 from structspec.completion.prompt import prompt_room, window_budget
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.status import StatusBoard
@@ -203,8 +208,11 @@ class Background:
             assert host.prompts is not None
             prompt = build_prompt(host.prompts, host.snippets, inputs, job.session.cut)
             job.session.cut = prompt.cut
-            with interrupted_by(model, job.interrupt):
-                if prefill_in_chunks(model, prompt.tokens[:-1], job.cancelled):
+            tokens = prompt.tokens[:-1]
+            cold = reusable_prefix(model, tokens) < len(tokens)  # else nothing to say
+            warming = self._worker.warming(inputs.uri) if cold else contextlib.nullcontext()
+            with interrupted_by(model, job.interrupt), warming:
+                if prefill_in_chunks(model, tokens, job.cancelled):
                     self._stats.prewarmed += 1
         except Exception:  # a failed pre-warm costs nothing but its time
             log.debug("pre-warm of %s failed", inputs.uri, exc_info=True)
