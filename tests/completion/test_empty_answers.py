@@ -121,7 +121,7 @@ class GatedScript(ScriptedModel):
         return super().prefill(tokens)
 
 
-async def test_a_newer_keystroke_cancels_and_an_edit_makes_stale():
+async def test_a_newer_keystroke_cancels():
     text = "def f():\n    "
     model = GatedScript("x = 1\n")
     svc = make_service(model)
@@ -129,22 +129,33 @@ async def test_a_newer_keystroke_cancels_and_an_edit_makes_stale():
     model.hold = True
     first = asyncio.ensure_future(ask(svc, URI, text, len(text)))
     await wait_for(model.entered.is_set)
+    job = svc._sessions[URI].job
+    assert job is not None
     # A request elsewhere in the same document: the first one's job is cancelled.
     second = asyncio.ensure_future(ask(svc, URI, text, len("def f")))
-    await asyncio.sleep(0)
+    await wait_for(job.cancelled)
+    model.hold = False
     model.gate.set()
     assert await first is None
     await second
-    # An edit while a job runs, and no newer request: its answer is for an older text.
-    model.gate.clear()
-    model.entered.clear()
-    third = asyncio.ensure_future(ask(svc, URI, text, len(text)))
+    assert svc.stats.to_dict()["emptyReasons"] == {"cancelled": 1}
+    svc.close()
+    assert svc.join()
+
+
+async def test_an_edit_while_the_model_works_makes_its_answer_stale():
+    text = "def f():\n    "
+    model = GatedScript("x = 1\n")
+    svc = make_service(model)
+    svc.open_document(URI, "python", 1, text)
+    model.hold = True
+    answer = asyncio.ensure_future(ask(svc, URI, text, len(text)))
     await wait_for(model.entered.is_set)
     svc.change_document(URI, 2, [TextChange("# c\n", Range(0, 0, 0, 0))])
+    model.hold = False
     model.gate.set()
-    assert await third is None
-    reasons = svc.stats.to_dict()["emptyReasons"]
-    assert reasons["cancelled"] == 1 and reasons["stale"] == 1
+    assert await answer is None
+    assert svc.stats.to_dict()["emptyReasons"] == {"stale": 1}
     svc.close()
     assert svc.join()
 
@@ -220,7 +231,8 @@ async def test_another_request_stops_the_evaluation_past_the_budget(clock, caplo
     model.entered.clear()
     model.gate.clear()
     await wait_for(model.entered.is_set)  # the first chunk past it
-    assert svc.status().warming
+    await wait_for(lambda: svc.status().warming)  # (the status is told on the loop)
+    assert svc.status().message == "warming a.py"
     other = asyncio.ensure_future(ask(svc, OTHER, "x = 1\n", 5))
     await wait_for(svc._worker.requests_waiting)
     model.hold = False
