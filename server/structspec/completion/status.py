@@ -1,11 +1,11 @@
 """The service's state and what it tells the user, on the event loop.
 
 ``StatusBoard`` holds the state (``IDLE``, ``BUSY``, ``ERROR``), the model's
-name and the count of requests on the worker, whether the worker is warming
+name, the count of requests on the worker and whether the worker is warming
 (evaluating a prompt past a request's ``maxLatencyMs``, or pre-warming: state
-``BUSY``, message ``warming <file>``, ``Status.warming``), and sends
-``on_status`` after every change and ``on_message(level, text)`` for what the user should read
-(``error``, ``warning`` or ``info``). A failing callback is logged, never
+``BUSY``, message ``warming <file>``, ``Status.warming``). It sends
+``on_status`` after every change and ``on_message(level, text)`` for what the
+user should read (``error``, ``warning`` or ``info``). A failing callback is logged, never
 raised: a broken transport must not break completion.
 """
 
