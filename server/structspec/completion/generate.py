@@ -14,7 +14,7 @@ engine, and returns the cleaned suggestion text:
    so), and the request is answered when it ends: the user is still waiting
    there (a newer keystroke cancels it). Stopped for another request, the
    request answers nothing (``EmptyReason.PROMPT_UNFINISHED``); what was
-   evaluated stays cached, and the service finishes it when the worker is free;
+   evaluated stays cached for the next request there;
 4. the engine's stream, stopped by the single-line/block mode, by
    cancellation between passes, and by the generation budget: once the model
    has written for ``max_generation_ms`` (half of it while other processes

@@ -39,7 +39,8 @@ class EmptyReason(StrEnum):
     #: it restates the text after the cursor, or is only what closes a bracket.
     CLEANED_AWAY = "cleaned-away"
     #: The prompt's evaluation stopped before it ended: another request needed
-    #: the worker (it goes on once the worker is free).
+    #: the worker (what was evaluated stays cached); with ``backend``: no text
+    #: within ``maxLatencyMs``.
     PROMPT_UNFINISHED = "prompt-unfinished"
     #: A newer keystroke's request cancelled it, or the server is shutting down.
     CANCELLED = "cancelled"
