@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 from collections.abc import Sequence
 
-import numpy as np
+from tests.helpers.scripted import ScriptedModel
 
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
 from structspec.completion.generate import (
@@ -29,27 +29,8 @@ from structspec.completion.snippets import SnippetChooser
 from structspec.completion.suggest import BLOCK, CursorContext
 from structspec.config import Settings
 from structspec.engine.decode import Engine
-from structspec.model.standin import EOS, StandInModel
+from structspec.model.standin import StandInModel
 from structspec.runtime import load_engine
-
-
-class ScriptedModel(StandInModel):
-    """Greedily writes ``script`` after any prompt, then EOS (the row's position decides)."""
-
-    def __init__(self, script: str) -> None:
-        super().__init__()
-        self.script = [self._char_to_id[c] for c in script]
-        self._n_prompt = 0
-
-    def prefill(self, tokens: Sequence[int]) -> int:
-        self._n_prompt = len(tokens) + 1  # the pending token comes with the first verify
-        return super().prefill(tokens)
-
-    def logits(self, context: Sequence[int]) -> np.ndarray:
-        i = len(context) - self._n_prompt
-        out = np.zeros(self.n_vocab)
-        out[self.script[i] if 0 <= i < len(self.script) else EOS] = 10.0
-        return out
 
 
 class ContinuingModel(ScriptedModel):

@@ -86,11 +86,16 @@ async def test_status_notification(client: LanguageClient):
     assert status["state"] in ("busy", "idle")
     assert "model" in status and "tokensPerSecond" in status and "acceptance" in status
     assert "lastLatencyMs" in status
+    assert status["warming"] in (True, False)
 
 
 @pytest.mark.parametrize("uri", ["file:///nope.py", "untitled:Untitled-1", "::bad::"])
 async def test_unknown_uri_answers_null(client: LanguageClient, uri: str):
     assert await inline(client, types.Position(line=0, character=0), uri=uri) is None
+    status = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="structspec.status", arguments=[])
+    )
+    assert status["stats"]["emptyReasons"] == {"not-served": 1}  # with its reason
 
 
 async def test_tcp_transport(tmp_path):

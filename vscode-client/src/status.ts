@@ -29,8 +29,10 @@ export interface ServerStatus {
   readonly shown?: number;
   /** Milliseconds from request to answer of the last completion. */
   readonly lastLatencyMs?: number;
-  /** A one-line explanation, mainly for `error`. */
+  /** A one-line explanation, mainly for `error` (`warming <file>` while warming). */
   readonly message?: string;
+  /** The server is evaluating a prompt ahead of its answer (state `busy`). */
+  readonly warming?: boolean;
 }
 
 function num(value: unknown): number | undefined {
@@ -80,6 +82,7 @@ export function parseStatus(params: unknown): ServerStatus | undefined {
     acceptance,
     lastLatencyMs: num(p.lastLatencyMs),
     message: str(p.message),
+    warming: p.warming === true,
   };
   return status;
 }
@@ -134,8 +137,13 @@ export function statusView(state: DisplayState, last: ServerStatus | undefined, 
       lines.push('structspec: starting the language server');
       break;
     case 'busy':
-      text = '$(loading~spin) structspec' + (metrics ? ` ${metrics}` : '');
-      lines.push('structspec: generating');
+      if (last?.warming === true) {
+        text = '$(loading~spin) structspec warming';
+        lines.push(`structspec: ${last.message ?? 'warming'} (evaluating the prompt; the suggestion comes when it ends)`);
+      } else {
+        text = '$(loading~spin) structspec' + (metrics ? ` ${metrics}` : '');
+        lines.push(`structspec: ${last?.message ?? 'generating'}`);
+      }
       break;
     case 'idle':
       text = '$(sparkle) structspec' + (metrics ? ` ${metrics}` : '');

@@ -47,6 +47,7 @@ from structspec.completion.prewarm import (
     PREWARM_IDLE_S,
     opening_offset,
     prefill_in_chunks,
+    reusable_prefix,
 )
 from structspec.completion.prompt import Prompt, grows, prompt_room, window_budget
 from structspec.completion.stats import AcceptanceStats
@@ -260,10 +261,11 @@ class Background:
                 elsewhere = (opening,)
 
             def warm(prompt: Prompt) -> bool:
-                with interrupted_by(model, job.interrupt):
-                    return prefill_in_chunks(
-                        model, prompt.tokens[:-1], job.cancelled, rate=prompts.rate
-                    )
+                tokens = prompt.tokens[:-1]
+                cold = reusable_prefix(model, tokens) < len(tokens)  # else nothing to say
+                warming = self._worker.warming(inputs.uri) if cold else contextlib.nullcontext()
+                with interrupted_by(model, job.interrupt), warming:
+                    return prefill_in_chunks(model, tokens, job.cancelled, rate=prompts.rate)
 
             prompt = build_prompt(prompts, snippets, inputs, session.cut, full=opened)
             session.cut = prompt.cut

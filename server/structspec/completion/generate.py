@@ -8,10 +8,13 @@ engine, and returns the cleaned suggestion text:
    document through ``cut_hint``), with snippets of the other open documents
    before it when ``project_context`` is on (``snippets``);
 2. the corpus of the open buffers, when an enabled draft source reads one;
-3. the prompt's prefill in chunks (``prewarm``), which stops once
-   ``max_latency_ms`` has passed since the request: what was evaluated stays
-   cached, the request answers nothing and the service finishes the prefill
-   when the user pauses;
+3. the prompt's prefill in chunks (``prewarm``). Once ``max_latency_ms``
+   has passed since the request it goes on only while no other request waits
+   for the worker (``keep_evaluating``), under ``warming`` (the status says
+   so), and the request is answered when it ends: the user is still waiting
+   there (a newer keystroke cancels it). Stopped for another request, the
+   request answers nothing (``EmptyReason.PROMPT_UNFINISHED``); what was
+   evaluated stays cached for the next request there;
 4. the engine's stream, stopped by the single-line/block mode, by
    cancellation between passes, and by the generation budget: once the model
    has written for ``max_generation_ms`` (half of it while other processes
@@ -33,8 +36,10 @@ generation's own (``Outcome.generated``) for the next.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from structspec.completion.cache import Continuation, Extension
@@ -64,6 +69,7 @@ from structspec.completion.suggest import (
 from structspec.completion.trace import Replayable
 from structspec.completion.trace import enabled as tracing
 from structspec.completion.trace import record as trace_generation
+from structspec.completion.types import EmptyReason
 from structspec.config import Settings
 from structspec.engine.decode import Engine, Generation, GenerationOptions, GenerationResult
 from structspec.engine.stats import GenerationStats
@@ -81,8 +87,10 @@ class Outcome:
     cancelled: bool = False
     #: Where the prompt window started (kept per document for the next request).
     cut: int | None = None
-    #: The prefill ran out of the latency budget (the service finishes it when idle).
+    #: The prefill stopped before it ended (the service finishes it when idle).
     unfinished: bool = False
+    #: Why ``text`` is ``None`` (``None`` while there is text).
+    empty: EmptyReason | None = None
     #: The prompt's last tokens and what the model generated after them, also
     #: when cancelled (a source reading recent suggestions drafts from it next time).
     generated: tuple[int, ...] = ()
@@ -147,6 +155,19 @@ def extension(engine: Engine, result: GenerationResult) -> Extension:
 
 #: Share of ``max_generation_ms`` a suggestion gets while other processes hold the cores.
 CONTENDED_GENERATION_SHARE = 0.5
+
+
+def why_empty(written: str, stop_reason: str, cut: bool = False) -> EmptyReason:
+    """Why a generation that wrote ``written`` (before clean-up) shows nothing.
+
+    ``stop_reason`` is the engine's; ``cut``: a rule of this module ended it
+    (a loop, a block's dedent, the generation budget).
+    """
+    if written.strip():
+        return EmptyReason.CLEANED_AWAY
+    if cut or stop_reason == "stop":
+        return EmptyReason.STOP_RULE
+    return EmptyReason.MODEL_EMPTY
 
 
 def generation_budget(model: Model, settings: Settings) -> float:
@@ -247,12 +268,17 @@ def run_completion(
     cancelled: Callable[[], bool] = lambda: False,
     clock: Callable[[], float] | None = None,
     progress: Callable[[str], None] | None = None,
+    keep_evaluating: Callable[[], bool] = lambda: False,
+    warming: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
 ) -> Outcome:
     """Generate and clean one suggestion (see the module docstring).
 
     ``clock`` (default ``time.perf_counter``) must be the clock ``job.t0`` was read from.
     ``progress`` is called after every verification pass with the text written so
     far (before clean-up), from the thread that runs the generation.
+    ``keep_evaluating()``: whether the prompt's evaluation may go on past
+    ``max_latency_ms`` (checked between chunks; by default it stops there),
+    inside ``warming()``.
     """
     clock = clock or time.perf_counter
     model = engine.model
@@ -260,13 +286,15 @@ def run_completion(
     prompt = build_prompt(prompts, snippets, job, cut_hint)
     inputs = draft_inputs(model, corpus, job, prompt)
     if cancelled():
-        return Outcome(cancelled=True, cut=prompt.cut)
+        return Outcome(cancelled=True, cut=prompt.cut, empty=EmptyReason.CANCELLED)
     if not settings.prefix_reuse:
         model.truncate(0)  # evaluate the whole prompt again (the benchmark's baseline)
     reused = reusable_prefix(model, prompt.tokens[:-1])
     t_prefill = clock()
-    if not _prefill_within_budget(model, prompt, job, cancelled, clock, prompts.rate):
-        return Outcome(cancelled=cancelled(), cut=prompt.cut, unfinished=not cancelled())
+    if not _prefill(model, prompt, job, cancelled, clock, prompts.rate, keep_evaluating, warming):
+        if cancelled():
+            return Outcome(cancelled=True, cut=prompt.cut, empty=EmptyReason.CANCELLED)
+        return Outcome(cut=prompt.cut, unfinished=True, empty=EmptyReason.PROMPT_UNFINISHED)
     generation_start = clock()
     budget = generation_budget(model, settings)
     generation, options = _start(engine, prompt, job, inputs, cancelled)
@@ -286,19 +314,27 @@ def run_completion(
         if result.tokens:
             generated = (*result.prompt_tokens[-GENERATED_CONTEXT_TOKENS:], *result.tokens)
     if cancelled():
-        return Outcome(stats=stats, cancelled=True, cut=prompt.cut, generated=generated)
+        return Outcome(
+            stats=stats,
+            cancelled=True,
+            cut=prompt.cut,
+            generated=generated,
+            empty=EmptyReason.CANCELLED,
+        )
     continuation: Continuation | None = None
     if result is not None:
         start = Continuation("", (*result.prompt_tokens,))
         continuation = start.extended(extension(engine, result))
         if not early:
             text = result.text
+    cleaned = clean(text, job.cursor, job.cursor.mode)
     return Outcome(
-        clean(text, job.cursor, job.cursor.mode),
+        cleaned,
         stats,
         cut=prompt.cut,
         generated=generated,
         continuation=continuation,
+        empty=None if cleaned else why_empty(text, stats.stop_reason if stats else "", early),
     )
 
 
@@ -333,25 +369,40 @@ def _start(
     return generation, options
 
 
-def _prefill_within_budget(
+def _prefill(
     model: Model,
     prompt: Prompt,
     job: CompletionInput,
     cancelled: Callable[[], bool],
     clock: Callable[[], float],
     rate: PromptRate,
+    keep_evaluating: Callable[[], bool],
+    warming: Callable[[], AbstractContextManager[object]],
 ) -> bool:
-    """Evaluate the prompt but its last chunk, unless ``max_latency_ms`` runs out first."""
+    """Evaluate the prompt but its last chunk: within ``max_latency_ms``, then while allowed.
+
+    Past the budget it goes on only while ``keep_evaluating()`` (no other
+    request waits for the worker), inside ``warming()``.
+    """
+    tokens = prompt.tokens[:-1]
     budget = job.settings.max_latency_ms / 1000.0
-    return prefill_in_chunks(
+    leave = PREFILL_CHUNK  # the engine evaluates the last chunk itself
+    if prefill_in_chunks(
         model,
-        prompt.tokens[:-1],
+        tokens,
         lambda: cancelled() or clock() - job.t0 > budget,
-        leave=PREFILL_CHUNK,  # the engine evaluates the last chunk itself
+        leave=leave,
         deadline=job.t0 + budget,
         clock=clock,
         rate=rate,
-    )
+    ):
+        return True
+    if cancelled() or not keep_evaluating():
+        return False
+    with warming():
+        return prefill_in_chunks(
+            model, tokens, lambda: cancelled() or not keep_evaluating(), leave=leave, rate=rate
+        )
 
 
 def _write(

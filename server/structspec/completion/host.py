@@ -36,6 +36,7 @@ from structspec.completion.generate import CompletionInput, Outcome
 from structspec.completion.prompt import PromptBuilder
 from structspec.completion.remote import RemoteCompleter, RemoteKey, remote_key
 from structspec.completion.snippets import SnippetChooser
+from structspec.completion.types import EmptyReason
 from structspec.config import Settings
 from structspec.engine.decode import Engine
 from structspec.model.base import Model, ModelError
@@ -181,12 +182,12 @@ class EngineHost:
         """One suggestion from the ``backend`` server (``RemoteCompleter.complete``)."""
         remote = self.remote_for(job.settings)
         if remote is None:
-            return Outcome()
+            return Outcome(empty=EmptyReason.NO_MODEL)
         try:
             return remote.complete(job, cancelled=cancelled, progress=progress)
         except Exception:  # a bug must cost a suggestion, not the request
             log.exception("completion through %s failed", job.settings.backend)
-            return Outcome()
+            return Outcome(empty=EmptyReason.ERROR)
 
     def engine_for(self, settings: Settings) -> Engine:
         """The engine for ``settings``, loading or rebuilding what changed; ``ModelError``."""

@@ -48,9 +48,16 @@ from structspec.backends.client import (
     RemoteBackend,
     RemoteRequest,
 )
-from structspec.completion.generate import CompletionInput, Outcome, first_line_done, word_end
+from structspec.completion.generate import (
+    CompletionInput,
+    Outcome,
+    first_line_done,
+    why_empty,
+    word_end,
+)
 from structspec.completion.prompt import CONTEXT_TOKENS, FIM_SUFFIX_TOKENS, file_name
 from structspec.completion.suggest import BLOCK, LINE, clean, cut_block, loop_start
+from structspec.completion.types import EmptyReason
 from structspec.config import Settings
 from structspec.engine.stats import GenerationStats
 
@@ -231,7 +238,9 @@ class RemoteCompleter:
                     break
         except BackendError as exc:
             self._report(exc)
-            return Outcome(cancelled=cancelled())
+            if cancelled():
+                return Outcome(cancelled=True, empty=EmptyReason.CANCELLED)
+            return Outcome(empty=EmptyReason.ERROR)
         finally:
             stream.close()  # type: ignore[attr-defined]
         if self._failure is not None:  # it works again
@@ -248,12 +257,17 @@ class RemoteCompleter:
             stop_reason="cancelled" if cancelled() else cut or ("cut" if early else "end"),
         )
         if cancelled():
-            return Outcome(stats=stats, cancelled=True)
+            return Outcome(stats=stats, cancelled=True, empty=EmptyReason.CANCELLED)
         if cut == "budget" and not early and mark is not None:
             text = text[:mark]  # cut mid-word: without the unfinished word
-        if cut == "healing" or healing:
-            return Outcome(stats=stats)  # it did not write the word being typed
-        return Outcome(clean(text, job.cursor, mode) if text else None, stats)
+        if cut == "healing" or healing:  # it did not write the word being typed
+            return Outcome(stats=stats, empty=EmptyReason.STOP_RULE)
+        if first is None and cut == "latency":  # the server still evaluating the prompt
+            return Outcome(stats=stats, empty=EmptyReason.PROMPT_UNFINISHED)
+        cleaned = clean(text, job.cursor, mode) if text else None
+        if cleaned is None:
+            return Outcome(stats=stats, empty=why_empty(text, "", early or bool(cut)))
+        return Outcome(cleaned, stats)
 
     def _count_silence(self, silent: bool, settings: Settings) -> None:
         """Warn once when ``SILENT_REQUESTS`` requests in a row got no text in time."""

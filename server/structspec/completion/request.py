@@ -19,6 +19,9 @@ A request goes, first match wins:
 Every request first abandons background work and keeps what a stopped
 pre-generation wrote (``background``). A cancelled request stops its job,
 ``jobs.ADOPT_GRACE_S`` after its last request left.
+
+A request answered with nothing has a reason (``types.EmptyReason``): it is
+in the answer's log line and counted in the status (``emptyReasons``).
 """
 
 from __future__ import annotations
@@ -35,12 +38,12 @@ from structspec.completion.background import Background
 from structspec.completion.cache import PendingSuggestion
 from structspec.completion.debounce import AdaptiveDebounce
 from structspec.completion.documents import Document, DocumentStore, index_to_column, uri_path
-from structspec.completion.generate import Outcome
+from structspec.completion.generate import Outcome, why_empty
 from structspec.completion.jobs import Job, JobMaker, Result, Session, edited, job_done, wait
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.status import StatusBoard
 from structspec.completion.suggest import CursorContext, continuation_answer
-from structspec.completion.types import CompletionRequest, Suggestion
+from structspec.completion.types import CompletionRequest, EmptyReason, Suggestion
 from structspec.completion.worker import Worker
 from structspec.config import Settings
 from structspec.engine.stats import GenerationStats
@@ -83,11 +86,11 @@ class RequestFlow:
         stats.requests += 1
         doc = self._documents.get(request.uri)
         settings = self._settings()
-        if doc is None or self._worker.closed:
-            stats.empty += 1
+        if self._worker.closed:
+            self._empty(request, t0, EmptyReason.CANCELLED)
             return None
-        if settings.languages and doc.language not in settings.languages:
-            stats.empty += 1
+        if doc is None or (settings.languages and doc.language not in settings.languages):
+            self._empty(request, t0, EmptyReason.NOT_SERVED)
             return None
         session = self._sessions.setdefault(request.uri, Session())
         text = doc.text
@@ -115,7 +118,7 @@ class RequestFlow:
                 if served:
                     return suggestion
                 if edited(doc, text):  # again, meanwhile: a newer request answers
-                    stats.empty += 1
+                    self._empty(request, t0, EmptyReason.STALE)
                     return None
                 job = session.job
             if job is not None:
@@ -146,14 +149,12 @@ class RequestFlow:
         """Wait for the request's job and make its outcome the request's suggestion."""
         result = await wait(job, task, self._stats)
         outcome = result.outcome
-        latency = (time.perf_counter() - t0) * 1000.0
-        if outcome.text is None or result.id is None or job.cancelled() or edited(doc, text):
-            self._stats.empty += 1
-            if outcome.unfinished:
-                _log_unfinished(request, latency)
-            else:
-                _log_answer(request, latency, outcome.stats, "no suggestion")
+        reason = _why_empty(result, job, doc, text)
+        if reason is not None:
+            self._empty(request, t0, reason, outcome.stats)
             return None
+        assert outcome.text is not None and result.id is not None
+        latency = (time.perf_counter() - t0) * 1000.0
         self._stats.record_latency(latency)
         _log_answer(request, latency, outcome.stats, "answer")
         self._background.schedule_pregeneration(request.uri)  # the job is done: the worker is free
@@ -232,7 +233,8 @@ class RequestFlow:
         session.pending = PendingSuggestion.at(suggestion_id, text, offset, shown or "", here)
         self._background.schedule_pregeneration(doc.uri)
         if shown is None:
-            self._stats.empty += 1
+            line, newline, _ = follow.partition("\n")
+            self._stats.record_empty(why_empty(line, "stop" if newline else ""))
             return True, None
         self._stats.record_shown(suggestion_id, len(shown))
         return True, self._suggestion(
@@ -245,7 +247,7 @@ class RequestFlow:
         if wait_ms > 0:
             await asyncio.sleep(wait_ms / 1000.0)
             if job.cancelled():
-                return Result(Outcome(cancelled=True))
+                return Result(Outcome(cancelled=True, empty=EmptyReason.CANCELLED))
         result = Result(await self._submit(job))
         outcome = result.outcome
         if outcome.stats is not None and not outcome.cancelled:
@@ -270,14 +272,26 @@ class RequestFlow:
 
     async def _submit(self, job: Job) -> Outcome:
         self._background.abandon()  # a pre-warm queued meanwhile must not delay a request
-        future = self._worker.submit(self._worker.run, job)
+        future = self._worker.submit_request(job)
         if future is None:  # shut down
-            return Outcome(cancelled=True)
+            return Outcome(cancelled=True, empty=EmptyReason.CANCELLED)
         self._status.request_started()
         try:
             return await asyncio.wrap_future(future)
         finally:
             self._status.request_ended()
+
+    def _empty(
+        self,
+        request: CompletionRequest,
+        t0: float,
+        reason: EmptyReason,
+        stats: GenerationStats | None = None,
+    ) -> None:
+        """Answer ``request`` with nothing, for ``reason``: counted and logged."""
+        self._stats.record_empty(reason)
+        ms = (time.perf_counter() - t0) * 1000.0
+        _log_answer(request, ms, stats, f"no suggestion ({reason})")
 
     def _suggestion(
         self,
@@ -321,21 +335,26 @@ def _where(request: CompletionRequest) -> str:
     return f"{posixpath.basename(uri_path(request.uri))}:{request.line + 1}:{request.character}"
 
 
-def _log_unfinished(request: CompletionRequest, ms: float) -> None:
-    """A request whose prompt evaluation ran out of ``maxLatencyMs``: it answered nothing."""
-    log.info(
-        "no suggestion at %s in %.0f ms: the prompt's evaluation ran past maxLatencyMs "
-        "(what was evaluated stays cached; the next request or a pause continues it)",
-        _where(request),
-        ms,
-    )
+def _why_empty(result: Result, job: Job, doc: Document, text: str) -> EmptyReason | None:
+    """Why a job's ``result`` answers its request with nothing; ``None`` when it answers."""
+    outcome = result.outcome
+    if outcome.cancelled or job.cancelled():
+        return EmptyReason.CANCELLED
+    if outcome.text is None:
+        return outcome.empty or EmptyReason.ERROR
+    if result.id is None:  # cancelled once it was done
+        return EmptyReason.CANCELLED
+    return EmptyReason.STALE if edited(doc, text) else None
 
 
 def _log_answer(
     request: CompletionRequest, ms: float, stats: GenerationStats | None, what: str
 ) -> None:
-    """One log line per request the model worked on: where its time went (prefill or decode)."""
-    if stats is None or not log.isEnabledFor(logging.INFO):
+    """One log line per answer: where the model's time went (prefill or decode), if it ran."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    if stats is None:
+        log.info("%s at %s in %.0f ms", what, _where(request), ms)
         return
     log.info(
         "%s at %s in %.0f ms: prompt %d tokens (%d evaluated in %.0f ms), "

@@ -6,11 +6,12 @@ notification and the editor benchmark.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from structspec.completion.types import EmptyReason
 from structspec.engine.stats import SourceStats
 
 #: Suggestions remembered for ``structspec.accept`` (older ids are forgotten).
@@ -29,6 +30,8 @@ class AcceptanceStats:
     served_from_generation_in_flight: int = 0
     pregenerated_tokens: int = 0  # tokens pre-generation wrote
     empty: int = 0  # requests answered with nothing
+    #: ``empty`` by reason (``types.EmptyReason``).
+    empty_reasons: Counter[EmptyReason] = field(default_factory=Counter)
     cancelled: int = 0
     prewarmed: int = 0  # documents whose prompt window was evaluated in the background
     accepted: int = 0
@@ -48,6 +51,11 @@ class AcceptanceStats:
     def record_latency(self, ms: float) -> None:
         self.last_latency_ms = ms
         self._latencies.append(ms)
+
+    def record_empty(self, reason: EmptyReason) -> None:
+        """A request answered with nothing, for ``reason``."""
+        self.empty += 1
+        self.empty_reasons[reason] += 1
 
     def is_shown(self, suggestion_id: str) -> bool:
         return suggestion_id in self._shown_ids
@@ -113,6 +121,7 @@ class AcceptanceStats:
             "servedFromGenerationInFlight": self.served_from_generation_in_flight,
             "pregeneratedTokens": self.pregenerated_tokens,
             "empty": self.empty,
+            "emptyReasons": {str(r): n for r, n in sorted(self.empty_reasons.items())},
             "cancelled": self.cancelled,
             "prewarmed": self.prewarmed,
             "accepted": self.accepted,

@@ -1,19 +1,23 @@
 """The service's state and what it tells the user, on the event loop.
 
 ``StatusBoard`` holds the state (``IDLE``, ``BUSY``, ``ERROR``), the model's
-name and the count of requests on the worker, and sends ``on_status`` after
-every change and ``on_message(level, text)`` for what the user should read
-(``error``, ``warning`` or ``info``). A failing callback is logged, never
+name, the count of requests on the worker and whether the worker is warming
+(evaluating a prompt past a request's ``maxLatencyMs``, or pre-warming: state
+``BUSY``, message ``warming <file>``, ``Status.warming``). It sends
+``on_status`` after every change and ``on_message(level, text)`` for what the
+user should read (``error``, ``warning`` or ``info``). A failing callback is logged, never
 raised: a broken transport must not break completion.
 """
 
 from __future__ import annotations
 
 import logging
+import posixpath
 from collections.abc import Callable
 
+from structspec.completion.documents import uri_path
 from structspec.completion.stats import AcceptanceStats
-from structspec.completion.types import BUSY, ERROR, IDLE, NOT_LOADED, Status
+from structspec.completion.types import BUSY, ERROR, IDLE, NOT_LOADED, WARMING, Status
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,7 @@ class StatusBoard:
         self.model_name = NOT_LOADED
         #: Requests submitted to the worker and not answered yet.
         self.busy = 0
+        self._warming = False
 
     def status(self) -> Status:
         stats = self._stats
@@ -46,6 +51,7 @@ class StatusBoard:
             stats.last_latency_ms,
             self._message,
             stats.to_dict(),
+            self._warming,
         )
 
     def set_state(self, state: str, message: str) -> None:
@@ -75,6 +81,18 @@ class StatusBoard:
         self.busy -= 1
         if self.busy == 0 and self.state == BUSY:
             self.set_state(IDLE, "")
+
+    def warming(self, uri: str | None) -> None:
+        """The worker started warming ``uri`` (a prompt ahead of its answer), or ended (None)."""
+        self._warming = uri is not None
+        if self.state == ERROR:  # the error stays on screen
+            self.emit()
+        elif uri is not None:
+            self.set_state(BUSY, f"{WARMING} {posixpath.basename(uri_path(uri))}")
+        elif self._message.startswith(WARMING):
+            self.set_state(BUSY if self.busy else IDLE, "")
+        else:
+            self.emit()
 
     def warm_done(self, error: str | None) -> None:
         """A warm-up ended: ``error`` is its message (the user was told by ``model_failed``)."""

@@ -7,6 +7,7 @@ these live in ``structspec.lsp.convert``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from structspec.engine.stats import GenerationStats
@@ -17,6 +18,40 @@ BUSY = "busy"
 ERROR = "error"
 #: ``Status.model`` until a model is loaded.
 NOT_LOADED = "not loaded"
+#: ``Status.message`` starts with it while the worker evaluates a prompt the user
+#: waits for past ``maxLatencyMs``, or pre-warms one (``Status.warming``).
+WARMING = "warming"
+
+
+class EmptyReason(StrEnum):
+    """Why a request was answered with no suggestion (the log line, ``emptyReasons``).
+
+    Only ``MODEL_EMPTY`` and ``STOP_RULE`` are the model's own choice; the
+    others say where an answer was lost.
+    """
+
+    #: The model ended without text: end of sequence, or only blanks.
+    MODEL_EMPTY = "model-empty"
+    #: A stop rule ended it before any text: in single-line mode the model's
+    #: first token ends the line; a loop; a block that dedents at once.
+    STOP_RULE = "stop-rule"
+    #: The model wrote text and the clean-up (``suggest.clean``) dropped it:
+    #: it restates the text after the cursor, or is only what closes a bracket.
+    CLEANED_AWAY = "cleaned-away"
+    #: The prompt's evaluation stopped before it ended: another request needed
+    #: the worker (what was evaluated stays cached); with ``backend``: no text
+    #: within ``maxLatencyMs``.
+    PROMPT_UNFINISHED = "prompt-unfinished"
+    #: A newer keystroke's request cancelled it, or the server is shutting down.
+    CANCELLED = "cancelled"
+    #: The document changed while it ran: the answer was for an older text.
+    STALE = "stale"
+    #: No model (or backend) could be loaded or reached.
+    NO_MODEL = "no-model"
+    #: The generation failed (logged with its traceback).
+    ERROR = "error"
+    #: The document is not open, or its language is not in ``languages``.
+    NOT_SERVED = "not-served"
 
 
 @dataclass(frozen=True)
@@ -63,3 +98,5 @@ class Status:
     last_latency_ms: float | None
     message: str = ""
     counters: dict[str, Any] = field(default_factory=dict)
+    #: The worker is evaluating a prompt ahead of its answer (``message``: ``warming <file>``).
+    warming: bool = False

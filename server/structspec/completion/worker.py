@@ -7,8 +7,11 @@ work (loading the model, tokenizing, decoding) never runs on the loop.
 
 ``Worker`` submits work to that thread (``submit``), brings callbacks back to
 the loop (``call_soon``), and runs a request's generation on the thread
-(``run``, which calls ``generate.run_completion``). Background work has its
-own entry points (``background``); so has the warm-up (``service``).
+(``submit_request``, then ``run``, which calls ``generate.run_completion``).
+It counts the requests queued behind the one running: a prompt evaluation
+that ran past ``maxLatencyMs`` goes on only while none is (``warming``
+tells the status meanwhile). Background work has its own entry points
+(``background``); so has the warm-up (``service``).
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from structspec.completion.generate import Outcome, run_completion
 from structspec.completion.host import EngineHost, EngineLoader, ModelOpener
 from structspec.completion.jobs import Job
 from structspec.completion.status import StatusBoard
+from structspec.completion.types import EmptyReason
 from structspec.engine.decode import EngineError
 from structspec.model.base import ModelError
 
@@ -46,6 +50,9 @@ class Worker:
         #: Set by ``close``: queued and later work returns at once.
         self.closed = False
         self._released: threading.Event | None = None
+        #: Requests submitted and not started on the worker yet (``submit_request``).
+        self._queued = 0
+        self._queued_lock = threading.Lock()
         # Worker-thread state.
         self.host = EngineHost(
             announce=self._announce,
@@ -80,6 +87,16 @@ class Worker:
         except RuntimeError:  # shut down
             return None
 
+    def submit_request(self, job: Job) -> concurrent.futures.Future[Outcome] | None:
+        """Queue a request's generation (``run``); ``None`` once it is shut down."""
+        with self._queued_lock:
+            self._queued += 1
+        future = self.submit(self._run_queued, job)
+        if future is None:
+            with self._queued_lock:
+                self._queued -= 1
+        return future
+
     def close(self) -> None:
         """Release the model on the worker after what is queued, then end the thread.
 
@@ -106,20 +123,38 @@ class Worker:
         log.info("%s", message)
         self.call_soon(self._status.message_user, "info", message)
 
+    def _run_queued(self, job: Job) -> Outcome:
+        with self._queued_lock:
+            self._queued -= 1
+        return self.run(job)
+
+    def requests_waiting(self) -> bool:
+        """Worker: a request is queued behind the work in progress."""
+        return self._queued > 0
+
+    @contextlib.contextmanager
+    def warming(self, uri: str) -> Iterator[None]:
+        """Worker: the status says the server is warming ``uri`` while inside."""
+        self.call_soon(self._status.warming, uri)
+        try:
+            yield
+        finally:
+            self.call_soon(self._status.warming, None)
+
     def run(self, job: Job) -> Outcome:
         """Worker: one request's generation (``generate.run_completion``), never raising."""
         if job.cancelled() or self.closed:
-            return Outcome(cancelled=True)
+            return Outcome(cancelled=True, empty=EmptyReason.CANCELLED)
         host = self.host
         if job.input.settings.backend:  # completion/remote.py
             return host.complete_remotely(job.input, cancelled=job.cancelled, progress=job.wrote)
         try:
             engine = host.engine_for(job.input.settings)
         except ModelError:
-            return Outcome()
+            return Outcome(empty=EmptyReason.NO_MODEL)
         except Exception:
             log.exception("loading the engine failed")
-            return Outcome()
+            return Outcome(empty=EmptyReason.NO_MODEL)
         assert host.prompts is not None
         try:
             outcome = run_completion(
@@ -131,13 +166,15 @@ class Worker:
                 cut_hint=job.session.cut,
                 cancelled=job.cancelled,
                 progress=job.wrote,
+                keep_evaluating=lambda: not (self.closed or self.requests_waiting()),
+                warming=lambda: self.warming(job.input.uri),
             )
         except (ModelError, EngineError) as exc:
             log.warning("completion for %s failed: %s", job.input.uri, exc)
-            return Outcome()
+            return Outcome(empty=EmptyReason.ERROR)
         except Exception:
             log.exception("completion for %s failed", job.input.uri)
-            return Outcome()
+            return Outcome(empty=EmptyReason.ERROR)
         if outcome.cut is not None:
             job.session.cut = outcome.cut
         return outcome

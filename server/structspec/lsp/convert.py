@@ -99,6 +99,7 @@ def status_json(status: Status) -> dict[str, Any]:
         if status.last_latency_ms is None
         else round(status.last_latency_ms, 1),
         "message": status.message,
+        "warming": status.warming,
         "stats": status.counters,
     }
 

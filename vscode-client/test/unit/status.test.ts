@@ -21,6 +21,7 @@ describe('parseStatus', () => {
       acceptance: 0.625,
       lastLatencyMs: 132.2,
       message: undefined,
+      warming: false,
     });
   });
   test('malformed params are rejected or their bad fields dropped', () => {
@@ -28,7 +29,7 @@ describe('parseStatus', () => {
     assert.equal(parseStatus([]), undefined);
     assert.equal(parseStatus({ state: 'dancing' }), undefined);
     const s = parseStatus({ state: 'busy', tokensPerSecond: 'fast', acceptance: -1, lastLatencyMs: Infinity, model: 3 });
-    assert.deepEqual(s, { state: 'busy', model: undefined, accepted: undefined, shown: undefined, tokensPerSecond: undefined, acceptance: undefined, lastLatencyMs: undefined, message: undefined });
+    assert.deepEqual(s, { state: 'busy', model: undefined, accepted: undefined, shown: undefined, tokensPerSecond: undefined, acceptance: undefined, lastLatencyMs: undefined, message: undefined, warming: false });
   });
   test('acceptance outside 0..1 is dropped', () => {
     assert.equal(parseStatus({ state: 'idle', acceptance: 62.5 })?.acceptance, undefined);
@@ -46,6 +47,14 @@ describe('statusView', () => {
   });
   test('busy spins', () => {
     assert.match(statusView('busy', last).text, /^\$\(loading~spin\) structspec/);
+  });
+  test('warming says so, with the file', () => {
+    const warming = parseStatus({ state: 'busy', message: 'warming a.py', warming: true });
+    assert.equal(warming?.warming, true);
+    const v = statusView('busy', warming);
+    assert.equal(v.text, '$(loading~spin) structspec warming');
+    assert.match(v.tooltip, /structspec: warming a\.py/);
+    assert.equal(parseStatus({ state: 'busy', warming: 'yes' })?.warming, false);
   });
   test('error carries the reason', () => {
     const v = statusView('error', undefined, 'cannot find the language server');
