@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from structspec.bench import EXTRA_INSTALL, missing_extra
 from structspec.bench.harness import (
     GREEDY,
     MODES,
@@ -108,12 +109,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--llama-server",
         metavar="PATH",
         help="llama.cpp's llama-server binary for the llama-server modes "
-        "(bench/build-llama-server.sh builds one)",
+        "(tools/build-llama-server.sh builds one)",
     )
     p.add_argument(
         "--plot",
         metavar="FILE.png",
-        help="draw per-prompt speed ratios and acceptance by draft position (needs matplotlib)",
+        help="draw per-prompt speed ratios and acceptance by draft position",
     )
     p.add_argument(
         "--no-exactness",
@@ -237,7 +238,18 @@ def _sampled_elsewhere(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _check_bench_extra() -> None:
+    """One line naming what to install when the ``structspec[bench]`` extra is missing."""
+    missing = missing_extra()
+    if missing:
+        raise UserError(
+            f"structspec benchmark needs the bench extra ({', '.join(missing)} not installed): "
+            f"{EXTRA_INSTALL}"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_bench_extra()
     check_writable(args.json_out, args.trace_csv, args.markdown_out, args.plot)  # before the run
     sampling = sampling_from_args(args)
     refused = None if sampling.greedy else _sampled_elsewhere(args)
@@ -269,8 +281,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{', '.join(server_modes)} need --llama-server PATH")
     if args.llama_server and not os.access(args.llama_server, os.X_OK):
         raise UserError(f"--llama-server {args.llama_server}: not an executable file")
-    if args.plot:
-        _check_matplotlib()
     if args.repeat < 1 or args.max_tokens < 1 or (args.limit is not None and args.limit < 1):
         raise UserError("--repeat, --max-tokens and --limit must be positive")
     try:
@@ -403,13 +413,6 @@ def _run_suite(
 def _label(mode: str, sampling: Sampling) -> str:
     """A mode as reports name it: sampled, ``greedy`` is plain sampling, and says so."""
     return "plain sampling" if mode == "greedy" and not sampling.greedy else mode
-
-
-def _check_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UserError("--plot needs matplotlib: pip install matplotlib") from None
 
 
 def _plot(
