@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 
-from structspec.bench.replay import Recording
+from structspec.bench.recording import Recording
 from structspec.completion.corpus import CorpusCache
 from structspec.completion.prompt import PromptBuilder
 from structspec.drafts.base import DraftContext, DraftSource

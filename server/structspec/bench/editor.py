@@ -847,7 +847,7 @@ def check_trace(model: Model, trace: Path) -> tuple[Exactness, int]:
 
 def write_recording(model: Model, trace: Path, record: Path, threads: int, out: Out) -> None:
     """Write ``trace`` as a replay recording with ``model``'s cost table (measured once)."""
-    from structspec.bench.replay import recording_from_trace
+    from structspec.bench.recording import recording_from_trace
     from structspec.runtime import cost_model_for
 
     rec = recording_from_trace(
@@ -931,7 +931,7 @@ def run_editor_benchmark(
     server writes its log there (``<configuration>.log``). ``record``: keep the
     ``structspec`` server's trace at ``<record>.trace.jsonl`` and write it as a
     recording for ``structspec benchmark --replay`` to ``record``
-    (``bench/replay.py``: ``recording_from_trace``). ``variant``: settings (LSP
+    (``bench/recording.py``: ``recording_from_trace``). ``variant``: settings (LSP
     spelling, as ``initializationOptions``) of one more configuration typed in
     turn with the others, and of one more paced one.
     """
