@@ -11,24 +11,25 @@ from typing import Any
 import numpy as np
 import pytest
 
-from structspec.bench import editor
-from structspec.bench.editor import (
+from structspec.bench import editor, typist
+from structspec.bench.editor import busy_loops, check_trace, run_editor_benchmark
+from structspec.bench.editor_stats import (
     Answer,
     PacedPoint,
+    paced_summary,
+    split_answers,
+    without_model,
+)
+from structspec.bench.points import (
     Point,
     accept_edit,
-    busy_loops,
-    check_trace,
     default_files,
     enter_text,
     first_points,
     line_continuation,
     offset_at,
-    paced_summary,
     plan_points,
-    run_editor_benchmark,
-    split_answers,
-    without_model,
+    repository_root,
 )
 from structspec.completion import trace
 from structspec.model.base import Rows, TokenCheck
@@ -61,12 +62,12 @@ def test_default_files_leave_out_the_repository(tmp_path: Path, monkeypatch: pyt
     def fake_collect(language: str, limit: int) -> list[dict[str, str]]:
         return [{"source": str(inside)}, {"source": str(outside)}] if language == "python" else []
 
-    monkeypatch.setattr(editor, "collect", fake_collect)
+    monkeypatch.setattr("structspec.bench.points.collect", fake_collect)
     assert default_files(exclude=repo) == [str(outside.resolve())]
 
 
 def test_default_files_are_not_this_project():
-    root = editor.repository_root()
+    root = repository_root()
     for name in default_files():
         assert not Path(name).resolve().is_relative_to(root)
 
@@ -248,9 +249,9 @@ def test_busy_loops_are_killed():
 @pytest.fixture(autouse=True)
 def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
     """The user's reading and moving-on pauses cost test time and prove nothing here."""
-    monkeypatch.setattr(editor, "READ_S", 0.0)
-    monkeypatch.setattr(editor, "SETTLE_S", 0.0)
-    monkeypatch.setattr(editor, "ARRIVE_S", 0.0)
+    monkeypatch.setattr(typist, "READ_S", 0.0)
+    monkeypatch.setattr(typist, "SETTLE_S", 0.0)
+    monkeypatch.setattr(typist, "ARRIVE_S", 0.0)
 
 
 def test_editor_benchmark_smoke(tmp_path: Path):
@@ -317,8 +318,8 @@ class _SlowClient:
 def test_the_paced_user_cancels_a_request_the_next_key_overtakes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(editor, "PACE_MS", 20.0)
-    replay = editor._Replay("paced", {}, "standin", 1, 5.0, paced=True)
+    monkeypatch.setattr(typist, "PACE_MS", 20.0)
+    replay = typist.ReplayedServer("paced", {}, "standin", 1, 5.0, paced=True)
     client = _SlowClient(never={2})
     replay.client = client  # type: ignore[assignment]
     point = Point("file:///m.py", "python", "x = 1\n\n", 1, "", "abcd")
@@ -348,13 +349,13 @@ def test_paced_summary_counts_answers_in_time_and_the_wait_for_the_first_suggest
 def test_servers_get_the_default_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("STRUCTSPEC_DEBOUNCE_MS", "0")
     monkeypatch.setenv("STRUCTSPEC_LLAMA_LOG", "1")  # not a setting: kept
-    env = editor._server_env(tmp_path / "t.jsonl")
+    env = typist.server_env(tmp_path / "t.jsonl")
     assert "STRUCTSPEC_DEBOUNCE_MS" not in env and env["STRUCTSPEC_LLAMA_LOG"] == "1"
     assert env["STRUCTSPEC_CONFIG"] == os.devnull and env[trace.TRACE_ENV] == str(
         tmp_path / "t.jsonl"
     )
     monkeypatch.delenv(trace.TRACE_ENV, raising=False)
-    assert trace.TRACE_ENV not in editor._server_env(None)
+    assert trace.TRACE_ENV not in typist.server_env(None)
 
 
 def test_limit_takes_the_first_points_of_every_file_in_turn(tmp_path: Path):
