@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,8 +10,7 @@ from structspec.bench import typist
 from structspec.bench.editor_stats import ConfigResult, paced_summary
 from structspec.bench.harness import Exactness
 from structspec.bench.points import Point
-
-Out = Callable[[str], None]
+from structspec.bench.typist import Out
 
 
 def print_plan(

@@ -42,7 +42,7 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,10 +50,8 @@ from typing import Any
 from structspec.bench.harness import percentile
 from structspec.bench.mixed import LANGUAGES, collect, extensions
 from structspec.bench.points import utf16_len
-from structspec.bench.typist import ReplayedServer, start_server
+from structspec.bench.typist import Out, ReplayedServer, start_server
 from structspec.lsp.convert import CURSOR_NOTIFICATION
-
-Out = Callable[[str], None]
 
 #: Characters of the cleared line typed after the first request.
 TYPED = 3
