@@ -23,11 +23,17 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from structspec.cli import UserError
 from structspec.commands.common import add_model_arguments, settings_from_args
 from structspec.http.common import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
 from structspec.http.serving import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from structspec.config import Settings
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -191,50 +197,12 @@ def run(args: argparse.Namespace) -> int:
             f"not {args.max_connections}",
             file=sys.stderr,
         )
-    on_exit = None
     if args.backend:
-        from structspec.http.proxy import create_proxy_app
-
-        backend = args.backend
-        if backend == "auto":
-            from structspec.detect import pick_backend, probe_backends
-
-            found = pick_backend(probe_backends(exclude_ports=[args.port]))
-            if found is None:
-                raise UserError(
-                    "no backend answers on the usual ports (vLLM 8000, llama.cpp 8080, "
-                    "LM Studio 1234, Ollama 11434); start one or pass --backend URL"
-                )
-            backend = found.url
-            print(f"structspec: backend {found.server} at {backend}", file=sys.stderr)
-        elif not backend.startswith(("http://", "https://")):
-            raise UserError(f"--backend must be an http(s) URL or 'auto', not {backend!r}")
-        app = create_proxy_app(
-            backend,
-            max_body_bytes=args.max_body_bytes,
-            body_timeout=args.body_timeout,
-            relay_authorization=api_key is None,
-            backend_api_key=backend_key,
-        )
-        what = f"proxy to {backend}"
+        app, what = _proxy_app(args, api_key, backend_key)
+        on_exit = None
     else:
-        from structspec.http.app import create_app
-        from structspec.runtime import load_engine
-
-        engine = load_engine(settings)
-        model_id = _model_id(settings.model, engine.model.name)
-        app = create_app(
-            engine,
-            model_id=model_id,
-            max_queue=args.max_queue,
-            max_body_bytes=args.max_body_bytes,
-            body_timeout=args.body_timeout,
-            default_max_tokens=settings.max_tokens,
-            speculative=settings.speculative and not args.greedy,
-            token_healing=settings.token_healing,
-        )
+        app, what = _model_app(args, settings)
         on_exit = app.state.server.begin_shutdown
-        what = f"model {model_id!r}"
     if not loopback and api_key is None:
         print(
             f"structspec: warning: listening on {args.host}, reachable from other machines, "
@@ -260,3 +228,53 @@ def run(args: argparse.Namespace) -> int:
     )
     Server(server_config, on_exit=on_exit).run()
     return 0
+
+
+def _proxy_app(
+    args: argparse.Namespace, api_key: str | None, backend_key: str | None
+) -> tuple[Starlette, str]:
+    """The proxy in front of ``--backend`` (``auto``: the first server found); its description."""
+    from structspec.http.proxy import create_proxy_app
+
+    backend = args.backend
+    if backend == "auto":
+        from structspec.detect import pick_backend, probe_backends
+
+        found = pick_backend(probe_backends(exclude_ports=[args.port]))
+        if found is None:
+            raise UserError(
+                "no backend answers on the usual ports (vLLM 8000, llama.cpp 8080, "
+                "LM Studio 1234, Ollama 11434); start one or pass --backend URL"
+            )
+        backend = found.url
+        print(f"structspec: backend {found.server} at {backend}", file=sys.stderr)
+    elif not backend.startswith(("http://", "https://")):
+        raise UserError(f"--backend must be an http(s) URL or 'auto', not {backend!r}")
+    app = create_proxy_app(
+        backend,
+        max_body_bytes=args.max_body_bytes,
+        body_timeout=args.body_timeout,
+        relay_authorization=api_key is None,
+        backend_api_key=backend_key,
+    )
+    return app, f"proxy to {backend}"
+
+
+def _model_app(args: argparse.Namespace, settings: Settings) -> tuple[Starlette, str]:
+    """The OpenAI-compatible server over the model of ``settings``; its description."""
+    from structspec.http.app import create_app
+    from structspec.runtime import load_engine
+
+    engine = load_engine(settings)
+    model_id = _model_id(settings.model, engine.model.name)
+    app = create_app(
+        engine,
+        model_id=model_id,
+        max_queue=args.max_queue,
+        max_body_bytes=args.max_body_bytes,
+        body_timeout=args.body_timeout,
+        default_max_tokens=settings.max_tokens,
+        speculative=settings.speculative and not args.greedy,
+        token_healing=settings.token_healing,
+    )
+    return app, f"model {model_id!r}"
