@@ -253,9 +253,8 @@ def run_editor_benchmark(
     languages: dict[str, int] = {}
     for name in files:
         languages[language_id(name)] = languages.get(language_id(name), 0) + 1
-    variant_label = variant_name("structspec", variant) if variant else None
-    print_plan(files, languages, points, variant_label, threads, out)
     runs = _Configurations(model, threads, timeout_s, log_dir, variant, paced=paced)
+    print_plan(files, languages, points, runs.variant_label, threads, out)
     with tempfile.TemporaryDirectory(prefix="structspec-editor-") as tmp:
         trace = Path(tmp) / "trace.jsonl" if exactness else None
         if record is not None:
@@ -301,6 +300,7 @@ class _Configurations:
         self.model, self.threads, self.timeout_s, self.log_dir = model, threads, timeout_s, log_dir
         self.paced = paced
         self.variants = [(variant_name("structspec", variant), variant)] if variant else []
+        self.variant_label = self.variants[0][0] if self.variants else None
         self.configs = [*CONFIGS, *self.variants]
         # The ones replayed again under contention: the defaults and the variant.
         self.loaded_configs = [("structspec", {}), *self.variants]
