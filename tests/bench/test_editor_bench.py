@@ -1,4 +1,4 @@
-"""The editor benchmark: point planning, editor simulation, trace check, report (stand-in)."""
+"""The editor benchmark: the simulated user, the trace check, the report (stand-in)."""
 
 from __future__ import annotations
 
@@ -13,125 +13,12 @@ import pytest
 
 from structspec.bench import editor, typist
 from structspec.bench.editor import busy_loops, check_trace, run_editor_benchmark
-from structspec.bench.editor_stats import (
-    Answer,
-    PacedPoint,
-    paced_summary,
-    split_answers,
-    without_model,
-)
-from structspec.bench.points import (
-    Point,
-    accept_edit,
-    default_files,
-    enter_text,
-    first_points,
-    line_continuation,
-    offset_at,
-    plan_points,
-    repository_root,
-)
+from structspec.bench.points import Point, first_points, plan_points
 from structspec.completion import trace
 from structspec.model.base import Rows, TokenCheck
 from structspec.runtime import open_model
 
 SOURCE = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30))
-
-
-def test_plan_points_clears_and_types_real_lines(tmp_path: Path):
-    src = tmp_path / "m.py"
-    src.write_text(SOURCE)
-    points = plan_points([str(src)], 4, 10)
-    assert len(points) == 4
-    for p in points:
-        lines = p.text.split("\n")
-        assert lines[p.line] == p.indent  # the line is cleared to its indentation
-        assert p.typed and len(p.typed) <= 10
-        assert SOURCE.split("\n")[p.line].startswith(p.indent + p.typed)  # the real text
-        assert p.language == "python"
-
-
-def test_default_files_leave_out_the_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    repo = tmp_path / "repo"
-    (repo / "pkg").mkdir(parents=True)
-    inside, outside = repo / "pkg" / "a.py", tmp_path / "lib" / "b.py"
-    outside.parent.mkdir()
-    for path in (inside, outside):
-        path.write_text(SOURCE)
-
-    def fake_collect(language: str, limit: int) -> list[dict[str, str]]:
-        return [{"source": str(inside)}, {"source": str(outside)}] if language == "python" else []
-
-    monkeypatch.setattr("structspec.bench.points.collect", fake_collect)
-    assert default_files(exclude=repo) == [str(outside.resolve())]
-
-
-def test_default_files_are_not_this_project():
-    root = repository_root()
-    for name in default_files():
-        assert not Path(name).resolve().is_relative_to(root)
-
-
-def test_accept_inserts_exactly_the_insert_text():
-    text = "def f(x):\n    \n    return x\n"
-    cursor = offset_at(text, 1, 4)
-    item = {
-        "insertText": "y = x * 2",
-        "range": {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 4}},
-    }
-    new_text, change, after = accept_edit(text, item, cursor)
-    assert new_text == "def f(x):\n    y = x * 2\n    return x\n"
-    assert change == {"range": item["range"], "text": "y = x * 2"}
-    assert new_text[cursor:after] == "y = x * 2"
-
-
-def test_accept_replaces_the_item_range_in_utf16_columns():
-    text = "s = '😀ab'  # c\n"
-    item = {  # replace "ab'  # c" (the emoji is two UTF-16 units)
-        "insertText": "xy'",
-        "range": {"start": {"line": 0, "character": 7}, "end": {"line": 0, "character": 15}},
-    }
-    new_text, _, after = accept_edit(text, item, offset_at(text, 0, 7))
-    assert new_text == "s = '😀xy'\n"
-    assert new_text[:after] == "s = '😀xy'"
-
-
-def test_enter_keeps_the_indentation_and_indents_after_an_opener():
-    text = "    if x:\n"
-    assert enter_text(text, len("    if x:")) == "\n        "
-    text = "    y = 1\n"
-    assert enter_text(text, len("    y = 1")) == "\n    "
-    text = "\tfor (;;) {\n"
-    assert enter_text(text, len("\tfor (;;) {")) == "\n\t\t"
-
-
-def test_the_user_accepts_again_while_the_suggestion_goes_on_with_the_line():
-    text = "def f(x):\n    y = x\n"
-    cursor = offset_at(text, 1, 9)
-
-    def answer(insert: str) -> dict[str, object]:
-        return {"items": [{"insertText": insert}]}
-
-    assert line_continuation(text, answer(" * 2"), cursor) == {"insertText": " * 2"}
-    assert line_continuation(text, answer(" * 2\n    return y"), cursor) is not None
-    assert line_continuation(text, answer("\n    return y"), cursor) is None  # the next line
-    assert line_continuation(text, answer("   "), cursor) is None
-    assert line_continuation(text, {"items": []}, cursor) is None
-    assert line_continuation(text, None, cursor) is None
-
-
-def test_split_of_model_and_cache_answers():
-    answers = [Answer(100.0, False, True), Answer(300.0, False, True), Answer(2.0, True, True)]
-    split = split_answers(answers)
-    assert split["all"]["n"] == 3 and split["all"]["p50_ms"] == 100.0
-    assert split["model"] == {"n": 2, "p50_ms": 200.0, "p95_ms": 290.0}
-    assert split["cache"] == {"n": 1, "p50_ms": 2.0, "p95_ms": 2.0}
-    assert split_answers([])["model"] == {"n": 0, "p50_ms": 0.0, "p95_ms": 0.0}
-
-
-def test_answers_without_the_model_count_every_served_from_counter():
-    stats = {"servedFromCache": 3, "servedFromPregeneration": 2, "shown": 7, "requests": 12}
-    assert without_model(stats) == 5
 
 
 def test_trace_writes_nothing_when_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -333,17 +220,6 @@ def test_the_paced_user_cancels_a_request_the_next_key_overtakes(
     assert replay.text == "x = 1\nabcd\n"
     # The first suggestion came with the third key's answer, two paces in.
     assert typed.first_shown_ms is not None and typed.first_shown_ms >= 2 * 20.0
-
-
-def test_paced_summary_counts_answers_in_time_and_the_wait_for_the_first_suggestion() -> None:
-    points = [
-        PacedPoint([10.0, None, 30.0], [False, False, True], 330.0),
-        PacedPoint([None, 50.0], [False, False], None),
-    ]
-    s = paced_summary(points)
-    assert (s["keystrokes"], s["answered"], s["shown"]) == (5, 3, 1)
-    assert s["answered_p50_ms"] == 30.0 and s["points_without"] == 1
-    assert s["first_shown_p50_ms"] == s["first_shown_max_ms"] == 330.0
 
 
 def test_servers_get_the_default_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
