@@ -24,16 +24,24 @@ The config file is ``$STRUCTSPEC_CONFIG`` if set, else
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-# The draft sources' names come from their registry (which imports nothing of structspec).
-from structspec.drafts.registry import SOURCE_NAMES as SOURCE_NAMES
-from structspec.drafts.registry import resolve_sources as resolve_sources
+# The draft sources' names come from their table (plain data, on this layer); the
+# backend URL and FIM template checks from the remote engines' client (same layer).
+from structspec.backends.address import check_backend
+from structspec.backends.fim import parse_template
+from structspec.files import MIB, read_bounded_text
+from structspec.sources import SOURCE_NAMES as SOURCE_NAMES
+from structspec.sources import resolve_sources as resolve_sources
+
+#: The largest config file read (a settings file is a few hundred bytes).
+MAX_CONFIG_BYTES = 1 * MIB
 
 
 def _default_threads() -> int:
@@ -61,6 +69,14 @@ class Settings:
     speculative: bool = True
     token_healing: bool = True  # finish a partial word at the cursor (engine/healing.py)
     project_context: bool = False  # snippets of other open files before the prompt window
+    # A remote engine to complete through instead of the local model (backends/client.py):
+    # a llama-server, OpenAI-compatible or Ollama URL, or "auto" (the first one
+    # `structspec detect` finds on this machine); empty: the local GGUF model.
+    backend: str = ""
+    # Sent as "Authorization: Bearer KEY"; kept out of the settings' repr (logs, messages).
+    backend_api_key: str = field(default="", repr=False)
+    backend_model: str = ""  # the remote model's name; empty: the server's first model
+    fim_template: str = ""  # "...{prefix}...{suffix}..."; empty: by the model's family
 
     def source_names(self) -> tuple[str, ...]:
         """The enabled draft sources, ``all`` expanded."""
@@ -78,6 +94,13 @@ _BOUNDS: dict[str, tuple[int, int]] = {
 }
 
 
+#: String settings with a shape to check (they raise ``ValueError`` with the message).
+_CHECKS: dict[str, Callable[[str], object]] = {
+    "backend": check_backend,
+    "fim_template": parse_template,
+}
+
+
 def camel(name: str) -> str:
     """``max_tokens`` -> ``maxTokens`` (the LSP / VS Code spelling)."""
     head, *rest = name.split("_")
@@ -90,6 +113,12 @@ class _UnknownItems(ValueError):
     def __init__(self, message: str, known: tuple[str, ...]) -> None:
         super().__init__(message)
         self.known = known
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a 5,000-digit number is no message."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else "a huge number"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _coerce(name: str, kind: Any, value: Any, field_name: str | None = None) -> Any:
@@ -112,20 +141,25 @@ def _coerce(name: str, kind: Any, value: Any, field_name: str | None = None) -> 
     if kind is int or kind == "int":
         if isinstance(value, bool) or not isinstance(value, (int, str, float)):
             raise ValueError(f"{name} must be an integer, not {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            # JSON's 1e400 and TOML's inf / nan: int() would raise OverflowError.
+            raise ValueError(f"{name} must be a finite integer, not {value!r}")
         try:
             number = int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be an integer, not {value!r}") from None
+        except (TypeError, ValueError, OverflowError):  # also "1" * 5000 (the digit limit)
+            raise ValueError(f"{name} must be an integer, not {_short(value)}") from None
         if isinstance(value, float) and number != value:
             raise ValueError(f"{name} must be an integer, not {value!r}")
         # Bounds are keyed by the field name (``name`` may be the camelCase key).
         lo, hi = _BOUNDS.get(field_name or name, (-(2**31), 2**31))
         if not lo <= number <= hi:
-            raise ValueError(f"{name} must be between {lo} and {hi}, not {number}")
+            raise ValueError(f"{name} must be between {lo} and {hi}, not {_short(number)}")
         return number
     if kind is str or kind == "str":
         if not isinstance(value, str):
             raise ValueError(f"{name} must be a string, not {value!r}")
+        if value and field_name in _CHECKS:
+            _CHECKS[field_name](value)  # ValueError saying what is wrong
         return value
     # tuple[str, ...]: a list of strings, or a comma-separated string
     if isinstance(value, str):
@@ -209,10 +243,10 @@ def load_settings(
     origins = {f.name: "default" for f in fields(Settings)}
     errors: list[str] = []
     file_values: dict[str, Any] = {}
-    if path.is_file():
+    if path.is_file():  # /dev/null or a missing file: no config file, defaults apply
         try:
-            file_values = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            file_values = tomllib.loads(read_bounded_text(path, MAX_CONFIG_BYTES))
+        except (OSError, ValueError) as exc:  # FileLimitError, UnicodeDecodeError, TOMLDecodeError
             errors.append(f"{path}: cannot read config file ({exc}); using defaults")
     env_values = {
         f.name: env[f"STRUCTSPEC_{f.name.upper()}"]

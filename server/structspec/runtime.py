@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from structspec.config import Settings
 from structspec.drafts.base import DraftSource
@@ -42,8 +43,13 @@ from structspec.engine.control import (
 from structspec.engine.decode import Engine
 from structspec.model.base import Model, ModelError
 from structspec.model.extras import GGUFModel, gguf_extras, threaded
+from structspec.model.head import chosen_isa
+from structspec.model.prefix_cache import PrefixCache, cache_home, default_cache_home
 from structspec.model.standin import StandInModel
 from structspec.model.threads import IdleMeter
+
+if TYPE_CHECKING:
+    from structspec.model.llama import LlamaModel
 
 Announce = Callable[[str], None]
 
@@ -78,21 +84,32 @@ def open_model(
     threads: int = 2,
     announce: Announce = _stderr,
     slots: int = 1,
+    prefix_cache: bool = False,
 ) -> Model:
     """Open the model named by ``spec`` (see the module docstring).
 
     ``slots``: independent KV caches of ``context_size`` each (a GGUF model
     only); the language server keeps one per recently edited document.
+    ``prefix_cache``: save evaluated prompt prefixes on disk and restore them
+    instead of evaluating them again (``model/prefix_cache.py``; off where
+    ``STRUCTSPEC_CACHE_DIR`` is set but empty). Off for the benchmarks and the
+    HTTP server, whose timings and outputs must not depend on earlier runs.
     """
+    model: StandInModel | LlamaModel
     if spec == "standin" or spec.startswith("standin:"):
         seed = spec.partition(":")[2] or "0"
         if not seed.isdigit():
             raise ModelError(f"standin model seed must be an integer, not {seed!r}")
-        return StandInModel(seed=int(seed), n_ctx=context_size, eos_bias=-3.0)
-    from structspec.model.llama import LlamaModel, default_model_path
+        model = StandInModel(seed=int(seed), n_ctx=context_size, eos_bias=-3.0)
+    else:
+        from structspec.model.llama import LlamaModel
+        from structspec.model.paths import default_model_path
 
-    path = spec or str(default_model_path(announce))
-    return LlamaModel.load(path, n_ctx=context_size, threads=threads, slots=slots)
+        path = spec or str(default_model_path(announce))
+        model = LlamaModel.load(path, n_ctx=context_size, threads=threads, slots=slots)
+    if prefix_cache:
+        model.prefix_cache = PrefixCache.in_cache_home(model.identity())
+    return model
 
 
 def cost_model_for(
@@ -234,11 +251,12 @@ def _cost_cache_path(model: GGUFModel, threads: int) -> Path:
             cpu,
             llama_cpp.__version__,
             model.head,
+            # the kernel's instruction set (STRUCTSPEC_HEAD_ISA can force another)
+            chosen_isa() if model.head == "structspec" else None,
         ]
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "structspec" / "cost" / f"{digest}.json"
+    return (cache_home() or default_cache_home()) / "cost" / f"{digest}.json"
 
 
 def make_planner(cost: CostModel, sources: Sequence[DraftSource] = ()) -> DraftPlanner:

@@ -167,3 +167,28 @@ def test_mine_skips_fifos_and_devices(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert "skipping" in p.stderr and "a FIFO" in p.stderr and "a device" in p.stderr
     assert "from 3 files" in p.stdout and out.is_file()
+
+
+def test_mine_skips_symlink_loops_and_names_one_given(tmp_path: Path) -> None:
+    """A looping symlink names no file: skipped in a directory, refused on the command line."""
+    src = tmp_path / "src"
+    src.mkdir()
+    code = "def add(a, b):\n    return a + b\n\n" * 40
+    for i in range(3):
+        (src / f"m{i}.py").write_text(code, encoding="utf-8")
+    (src / "self.py").symlink_to("self.py")
+    (src / "a.py").symlink_to("b.py")
+    (src / "b.py").symlink_to("a.py")
+    (src / "same.py").symlink_to("m0.py")  # the same file twice: read once
+    (src / "sub").symlink_to(".")  # a directory that contains itself
+    out = tmp_path / "rules.bin"
+    args = ["-o", str(out), "--model", "standin", "--min-count", "2"]
+    p = structspec("mine", str(src), *args, env=_env(tmp_path), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    for name in ("self.py", "a.py", "b.py"):
+        assert f"skipping {src / name}: Too many levels of symbolic links" in p.stderr
+    assert "from 3 files" in p.stdout and out.is_file()
+    p = structspec("mine", str(src / "self.py"), *args, env=_env(tmp_path), timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert f"cannot read {src / 'self.py'}: Too many levels of symbolic links" in p.stderr

@@ -101,6 +101,16 @@ def test_config_origins(
     assert out.strip() == str(cfg)
 
 
+def test_config_does_not_print_the_backend_key(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRUCTSPEC_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("STRUCTSPEC_BACKEND_API_KEY", "hunter2")
+    for args in (("config", "--json"), ("config",)):
+        code, out, _ = run_cli(capsys, *args)
+        assert code == 0 and "hunter2" not in out and "(set)" in out
+
+
 # -- detect -------------------------------------------------------------------------
 
 

@@ -16,7 +16,8 @@ from tests.completion.test_prewarm import wait_for
 from tests.completion.test_service import SlowStandIn, make_service
 
 from structspec.completion.documents import Range, TextChange
-from structspec.completion.service import CompletionRequest, CompletionService, _Job
+from structspec.completion.jobs import Job
+from structspec.completion.service import CompletionRequest, CompletionService
 from structspec.model.base import Rows
 from structspec.model.standin import StandInModel
 
@@ -52,7 +53,7 @@ async def fresh_answer(text: str, line: int, col: int) -> str | None:
     return None if got is None else got.text
 
 
-async def in_flight(svc: CompletionService, chars: int) -> tuple[asyncio.Future, _Job]:
+async def in_flight(svc: CompletionService, chars: int) -> tuple[asyncio.Future, Job]:
     """A request at the end of ``TEXT`` whose generation has written ``chars`` characters."""
     svc.open_document(URI, "python", 1, TEXT)
     first = asyncio.ensure_future(svc.complete(CompletionRequest(URI, LINE, COL)))

@@ -50,7 +50,7 @@ def make_service(model: StandInModel, **settings) -> CompletionService:
     return CompletionService(Settings(**base), open_model=lambda spec, **kw: model)
 
 
-async def wait_for(condition, timeout: float = 10.0) -> None:
+async def wait_for(condition, timeout: float = 60.0) -> None:
     """Wait (not a timing assertion) until ``condition()`` holds."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -260,7 +260,7 @@ async def test_an_edit_elsewhere_is_prewarmed_after_a_pause():
 
 async def test_latency_budget_holds_during_prefill_and_progress_is_kept(monkeypatch, caplog):
     from structspec.completion import generate as generate_module
-    from structspec.completion import service as service_module
+    from structspec.completion import request as request_module
 
     class Clock:
         """The service's clock: every prefill chunk takes one second."""
@@ -271,7 +271,7 @@ async def test_latency_budget_holds_during_prefill_and_progress_is_kept(monkeypa
             return self.now
 
     clock = Clock()
-    monkeypatch.setattr(service_module, "time", clock)  # the request's t0
+    monkeypatch.setattr(request_module, "time", clock)  # the request's t0
     monkeypatch.setattr(generate_module, "time", clock)  # the budget during prefill
 
     class SlowChunks(RecordingStandIn):
@@ -282,7 +282,7 @@ async def test_latency_budget_holds_during_prefill_and_progress_is_kept(monkeypa
     model = SlowChunks(n_ctx=4096, eos_bias=-3.0)
     svc = make_service(model, max_latency_ms=2500)
     svc.open_document("file:///p/a.py", "python", 1, PY)
-    with caplog.at_level(logging.INFO, logger="structspec.completion.service"):
+    with caplog.at_level(logging.INFO, logger="structspec.completion.request"):
         first = await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
     assert first is None  # out of budget before the prompt was evaluated
     assert "no suggestion at a.py:120:5" in caplog.text and "past maxLatencyMs" in caplog.text

@@ -144,7 +144,7 @@ async def test_the_service_keeps_the_snippets_and_their_cache_while_typing():
         assert reused >= len(prompt) - 24
         # The snippets come before the window: all of them are in the reused part.
         assert "def load_config(path):" in model.detokenize(prompt[:reused])
-    assert svc._host.snippets.choices == 1
+    assert svc._worker.host.snippets.choices == 1
     svc.close()
     assert svc.join()
 

@@ -19,9 +19,9 @@ from structspec.completion.documents import (
     Range,
     TextChange,
 )
+from structspec.completion.jobs import ADOPT_GRACE_S
 from structspec.completion.prompt import PromptBuilder, header_for, sanitize
 from structspec.completion.service import (
-    ADOPT_GRACE_S,
     CompletionRequest,
     CompletionService,
     Status,
@@ -280,8 +280,8 @@ def test_other_open_documents_feed_the_lookup_corpus():
             return real_stream(*args, **kwargs)
 
         await svc.complete(CompletionRequest("main", 0, 11))  # loads the engine
-        engine = svc._host.engine
-        model = svc._host.model
+        engine = svc._worker.host.engine
+        model = svc._worker.host.model
         real_stream = engine.stream
         engine.stream = spy
         svc._sessions["main"].pending = None
@@ -315,7 +315,7 @@ def test_sources_see_the_detected_language():
         svc.open_document("file:///w/tool.py", "plaintext", 1, "import os\nx = os.")
         seen: list = []
         await svc.complete(CompletionRequest("file:///w/tool.py", 1, 7))  # loads the engine
-        engine = svc._host.engine
+        engine = svc._worker.host.engine
         real_stream = engine.stream
 
         def spy(*args, **kwargs):
@@ -444,7 +444,7 @@ def test_a_rules_file_that_cannot_be_used_falls_back_with_one_message(tmp_path):
         svc.open_document("u", "python", 1, "x = ")
         r = await svc.complete(CompletionRequest("u", 0, 4))
         await asyncio.sleep(0.05)
-        engine = svc._host.engine
+        engine = svc._worker.host.engine
         state = svc.status().state
         svc.close()
         return r, calls, messages, engine, state
@@ -463,11 +463,11 @@ def test_rules_file_and_sources_changes_rebuild_the_engine_not_the_model(tmp_pat
         svc, calls, messages = counting_service(sources=("lookup",))
         svc.open_document("u", "python", 1, "x = ")
         await svc.complete(CompletionRequest("u", 0, 4))
-        first = [s.name for s in svc._host.engine.sources]
+        first = [s.name for s in svc._worker.host.engine.sources]
         svc.configure(Settings(**{**vars(svc.settings), "sources": ("lookup", "rules")}))
         svc._sessions["u"].pending = None
         await svc.complete(CompletionRequest("u", 0, 4))
-        second = [s.name for s in svc._host.engine.sources]
+        second = [s.name for s in svc._worker.host.engine.sources]
         bad = str(tmp_path / "missing.json.gz")
         svc.configure(Settings(**{**vars(svc.settings), "rules_file": bad}))
         svc._sessions["u"].pending = None

@@ -1,14 +1,16 @@
-"""The draft-source registry: one list that names, builds and validates every source."""
+"""The draft sources: one table that names them (``sources``), the registry that builds them."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from structspec.config import SOURCE_NAMES as CONFIG_NAMES
-from structspec.drafts.registry import SOURCE_NAMES, SOURCES, check_priors, source_class
+from structspec.drafts.registry import check_priors, source_class
+from structspec.sources import SOURCE_NAMES, SOURCES, EditorInputs, editor_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,3 +51,20 @@ def test_priors_are_checked() -> None:
         check_priors("rules", {"rules:strong": 1.5})
     with pytest.raises(ValueError, match=r"not in \(0, 1\]"):
         check_priors("rules", {"rules": float("nan")})
+
+
+@pytest.mark.parametrize("entry", SOURCES, ids=lambda e: e.name)
+def test_a_source_declares_the_editor_inputs_it_reads(entry) -> None:
+    """``reads_*`` matches the ``DraftContext`` fields the source's module reads."""
+    text = (ROOT / "server" / (entry.module.replace(".", "/") + ".py")).read_text(encoding="utf-8")
+    assert entry.reads_corpus == bool(re.search(r"\.corpus\b", text))
+    assert entry.reads_suffix == ("suffix_tokens" in text)
+    assert entry.reads_recent_suggestions == ("recent_suggestions" in text)
+
+
+def test_editor_inputs_are_what_the_enabled_sources_read() -> None:
+    assert editor_inputs(()) == EditorInputs()
+    assert editor_inputs(["rules", "python"]) == EditorInputs()
+    assert editor_inputs(["recycle"]) == EditorInputs(recent_suggestions=True)
+    assert editor_inputs(["nearby", "lookup"]) == EditorInputs(corpus=True, suffix=True)
+    assert editor_inputs(["all"]) == EditorInputs(True, True, True)

@@ -68,14 +68,15 @@ def write_tiny_fim_gguf(
 ) -> TinyVocab:
     """A loadable llama GGUF with ``family``'s FIM vocabulary at ``path``.
 
-    ``head``: how the output matrix is stored: ``"f32"``, ``"q8_0"``, or
+    ``head``: how the output matrix is stored: ``"f32"``, ``"q8_0"``,
     ``"tied-q8_0"`` (no ``output.weight``: the token embedding in Q8_0 serves
-    as the head, as in Gemma). ``softcap``: a ``final_logit_softcapping``
-    value to record (the llama graph ignores it; structspec's head must not).
+    as the head, as in Gemma), or ``"q6_k"`` (then the embedding is 256 wide,
+    one Q6_K super-block). ``softcap``: a ``final_logit_softcapping`` value
+    to record (the llama graph ignores it; structspec's head must not).
     """
     specials = FAMILIES[family]
     w = gguf.GGUFWriter(str(path), "llama")
-    n_embd, n_ff, n_head, n_layer, n_ctx = 32, 64, 2, 1, 2048
+    n_embd, n_ff, n_head, n_layer, n_ctx = 256 if head == "q6_k" else 32, 64, 2, 1, 2048
     w.add_name(f"tiny-{family}")
     w.add_context_length(n_ctx)
     w.add_embedding_length(n_embd)
@@ -155,6 +156,9 @@ def write_tiny_fim_gguf(
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     if head == "q8_0":
         q8_0("output.weight", weight(n_vocab, n_embd) * 50)
+    elif head == "q6_k":
+        q6 = gguf.GGMLQuantizationType.Q6_K
+        w.add_tensor("output.weight", random_q6_k(rng, n_vocab, n_embd), raw_dtype=q6)
     elif head == "f32":
         w.add_tensor("output.weight", weight(n_vocab, n_embd))
     for i in range(n_layer):
@@ -170,3 +174,16 @@ def write_tiny_fim_gguf(
     w.write_tensors_to_file()
     w.close()
     return TinyVocab(path, family, ids, bos)
+
+
+def random_q6_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """ggml's Q6_K bytes of a random ``rows x cols`` matrix (``gguf`` cannot quantize to Q6_K).
+
+    Any ``ql``/``qh``/``scales`` bytes with a finite fp16 ``d`` are a valid
+    super-block (210 bytes: ql[128], qh[64], int8 scales[16], d). ``d`` is
+    chosen so that the weights are about 1 in size (|q| ~ 18, |scale| ~ 74).
+    """
+    blocks = rng.integers(0, 256, size=(rows, cols // 256, 210), dtype=np.uint8)
+    d = (rng.random((rows, cols // 256)) * 5e-4 + 5e-4).astype(np.float16)
+    blocks[:, :, 208:] = d.view(np.uint8).reshape(rows, cols // 256, 2)
+    return blocks.reshape(rows, -1)

@@ -62,8 +62,10 @@ def server_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "structspec.lsp", *args]
 
 
-#: Test settings: no debounce, so each request is answered as soon as it can be.
-STANDIN_OPTIONS: dict[str, Any] = {"debounceMs": 0, "maxTokens": 24}
+#: Test settings: no debounce, so each request is answered as soon as it can be; no
+#: latency budget to speak of, so that a loaded machine (a prompt evaluated slowly)
+#: cannot turn a suggestion a test expects into none.
+STANDIN_OPTIONS: dict[str, Any] = {"debounceMs": 0, "maxTokens": 24, "maxLatencyMs": 600_000}
 
 
 def init_params(options: Any = None, *, inline: bool = True) -> types.InitializeParams:

@@ -7,7 +7,8 @@ synchronous (a reader thread collects the server's messages), which suits
 hypothesis' stateful tests as well as plain ones.
 
 It answers the server's own requests: ``workspace/configuration`` with
-``pull_settings``, anything else with ``null``.
+``pull_settings``, anything else with ``null``; with ``answer_requests`` false
+it answers none (a client that never replies).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class RawClient:
         self.received: list[dict[str, Any]] = []
         self.stderr_lines: list[str] = []
         self.pull_settings: Any = None
+        self.answer_requests = True
         self.eof = False
         self._cond = threading.Condition()
         self._ids = itertools.count(1)
@@ -110,7 +112,7 @@ class RawClient:
                     return
             body, buf = buf[:length], buf[length:]
             msg = json.loads(body)
-            if "method" in msg and "id" in msg:  # a request from the server
+            if "method" in msg and "id" in msg and self.answer_requests:  # from the server
                 result = None
                 if msg["method"] == "workspace/configuration":
                     result = [self.pull_settings for _ in msg["params"]["items"]]
@@ -172,6 +174,11 @@ class RawClient:
     def responses(self) -> list[dict[str, Any]]:
         with self._cond:
             return [m for m in self.received if "method" not in m]
+
+    def server_requests(self, method: str) -> list[dict[str, Any]]:
+        """The requests named ``method`` that the server sent so far."""
+        with self._cond:
+            return [m for m in self.received if m.get("method") == method and "id" in m]
 
     def messages_shown(self) -> list[str]:
         with self._cond:

@@ -58,6 +58,13 @@ def post(url: str, body: bytes | str, path: str = "/v1/completions", **kw: Any) 
         ('{"prompt": "x", "temperature": NaN}', 400, "'temperature' must be between"),
         ('{"prompt": "x", "max_tokens": 1e400}', 400, "'max_tokens' must be an integer"),
         ("[" * 100_000 + "]" * 100_000, 400, "nested too deeply"),
+        pytest.param("[" * 101 + "]" * 101, 400, "more than 100 levels", id="101-levels"),
+        pytest.param(
+            '{"prompt": [1, ' + "9" * 5000 + "]}",
+            400,
+            "a number with more than 4300 digits",
+            id="5000-digit-integer",
+        ),
     ],
 )
 def test_completions_rejects(

@@ -227,6 +227,21 @@ def test_remote_bind_needs_a_key_or_an_explicit_flag(tmp_path: Path) -> None:
     assert p.returncode == 2 and "empty" in p.stderr
 
 
+def test_a_key_no_client_could_send_is_refused_at_start(tmp_path: Path) -> None:
+    # Header values travel as ASCII or Latin-1 bytes: a non-ASCII key could never match.
+    cmd = [sys.executable, "-m", "structspec", "serve", "--backend", "http://127.0.0.1:9"]
+    for args, env in (
+        (["--api-key", "clé-secrète"], serve_env(tmp_path)),
+        ([], serve_env(tmp_path, STRUCTSPEC_API_KEY="ключ")),
+        (["--backend-api-key", "clé"], serve_env(tmp_path)),
+    ):
+        p = subprocess.run(
+            [*cmd, *args, "--port", "1"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert p.returncode == 2, p.stderr
+        assert "printable ASCII" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 # -- disconnects: non-streamed and streamed ------------------------------------------------
 
 

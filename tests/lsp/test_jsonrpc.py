@@ -158,7 +158,7 @@ def test_internal_errors_reach_the_client_without_traceback_or_paths():
     except OSError:
         error = JsonRpcInternalError.of(sys.exc_info())
     assert "traceback" in (error.data or {})
-    server.protocol._send_response(1, error=error.to_response_error())
+    server.protocol.send_response(1, error=error.to_response_error())
     out = b"".join(sent).decode()
     assert "-32603" in out
     assert "Traceback" not in out and "traceback" not in out and "/no/such" not in out

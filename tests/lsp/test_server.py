@@ -117,7 +117,7 @@ async def test_tcp_transport(tmp_path):
         env=server_env(),
     )
     try:
-        for _ in range(100):
+        for _ in range(600):  # a wait (up to 60 s on a loaded machine) for it to listen
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 break

@@ -1,19 +1,24 @@
 """structspec's output head (``model/head.py``, ``model/_head.c``).
 
-The kernel is checked against a NumPy statement of llama.cpp's Q8_0
-arithmetic on random matrices; the eval-callback path on tiny GGUFs whose
-head is Q8_0 (tied to the embedding or not), against llama.cpp's own logits
-for the same rows; and the fallbacks where the kernel does not apply.
+The kernel is checked on every instruction set this CPU has (each forced as
+``STRUCTSPEC_HEAD_ISA`` would) and every type it takes against a NumPy
+statement of llama.cpp's arithmetic on random matrices: Q8_0 x Q8_0, and the
+Q6_K matrix as the ``gguf`` package dequantizes it times the activations
+quantized to q8_K. The eval-callback path on tiny GGUFs whose head is Q8_0
+(tied to the embedding or not) or Q6_K, against llama.cpp's own logits for
+the same rows; and the fallbacks where the kernel does not apply.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 
+import gguf
 import llama_cpp
 import numpy as np
 import pytest
-from tests.helpers.fim_gguf import write_tiny_fim_gguf
+from tests.helpers.fim_gguf import random_q6_k, write_tiny_fim_gguf
 
 from structspec.model import head as native
 from structspec.model.base import Interrupt, Interrupted
@@ -21,8 +26,14 @@ from structspec.model.llama import LlamaModel
 
 needs_kernel = pytest.mark.skipif(
     not native.kernel_available(),
-    reason="the head kernel is not built or the CPU lacks AVX-512 VNNI",
+    reason="the head kernel is not built or the CPU has none of its instruction sets",
 )
+
+#: Every instruction set of the kernel, skipped where this CPU lacks it.
+EACH_ISA = [
+    pytest.param(isa, marks=pytest.mark.skipif(not native.isa_supported(isa), reason=f"no {isa}"))
+    for isa in native.ISAS
+]
 
 
 def _random_q8_0(rng: np.random.Generator, rows: int, cols: int):
@@ -48,31 +59,108 @@ def _reference_logits(q: np.ndarray, d: np.ndarray, x: np.ndarray) -> np.ndarray
     return (dots * (d.astype(np.float64)[None] * dx[:, None, :])).sum(axis=2)
 
 
-@needs_kernel
-@pytest.mark.parametrize(
-    ("rows", "cols", "n"),
-    [(16, 32, 1), (37, 64, 3), (1000, 640, 9), (160, 96, 8), (17, 32, 16), (5, 128, 2)],
-)
-def test_kernel_computes_llama_cpp_q8_0_logits(rows, cols, n):
-    rng = np.random.default_rng(rows * 7 + n)
-    raw, q, d = _random_q8_0(rng, rows, cols)
-    head = native.NativeHead.from_q8_0(raw, rows, cols)
+def _reference_q6_k_logits(raw: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """llama.cpp's Q6_K x q8_K product: the dequantized matrix times the quantized rows.
+
+    The rows are quantized as ``quantize_row_q8_K``: per 256 values, with ``m``
+    the first value of largest magnitude, ``q = rint(x * (-127 / m))`` (at most
+    127) and ``d = 1 / (-127 / m)``, both in float32.
+    """
+    n, cols = x.shape
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q6_K).astype(np.float64)
+    blocks = x.reshape(n, cols // 256, 256)
+    pick = np.abs(blocks).argmax(axis=2)[:, :, None]
+    m = np.take_along_axis(blocks, pick, axis=2)[:, :, 0]
+    with np.errstate(divide="ignore"):
+        iscale = np.where(m != 0, np.float32(-127) / m, np.float32(0)).astype(np.float32)
+        dx = np.where(m != 0, np.float32(1) / iscale, np.float32(0)).astype(np.float32)
+    qx = np.minimum(np.rint(blocks * iscale[:, :, None]), 127).astype(np.float64)
+    xs = (qx * dx[:, :, None].astype(np.float64)).reshape(n, cols)
+    return xs @ w.T
+
+
+def _kernel_case(qtype: int, rows: int, cols: int, n: int, isa: str, seed: int):
+    """A random ``qtype`` matrix packed for ``isa``, ``n`` rows of hidden states, the reference."""
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, cols)).astype(np.float32)
-    if cols > 32:
-        x[0, :32] = 0.0  # an all-zero block: scale 0, no division by it
+    block = 256 if qtype == native.Q6_K else 32
+    if cols > block:
+        x[0, :block] = 0.0  # an all-zero block: scale 0, no division by it
+    if qtype == native.Q6_K:
+        raw = random_q6_k(rng, rows, cols)
+        want = _reference_q6_k_logits(raw, x)
+    else:
+        raw, q, d = _random_q8_0(rng, rows, cols)
+        want = _reference_logits(q, d, x)
+    return native.NativeHead.from_blocks(raw, qtype, rows, cols, isa), x, want
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", EACH_ISA)
+@pytest.mark.parametrize(
+    ("qtype", "rows", "cols", "n"),
+    [
+        (native.Q8_0, 16, 32, 1),
+        (native.Q8_0, 37, 64, 3),
+        (native.Q8_0, 1000, 640, 9),
+        (native.Q8_0, 160, 96, 8),
+        (native.Q8_0, 17, 32, 16),
+        (native.Q8_0, 5, 128, 2),
+        (native.Q6_K, 16, 256, 1),
+        (native.Q6_K, 37, 512, 3),
+        (native.Q6_K, 1000, 256, 9),
+        (native.Q6_K, 160, 768, 8),
+        (native.Q6_K, 17, 256, 16),
+        (native.Q6_K, 5, 512, 2),
+    ],
+)
+def test_kernel_computes_llama_cpp_logits(isa, qtype, rows, cols, n):
+    """Partial last groups (rows not a multiple of 16), 1-16 rows, 1-3 threads."""
+    head, x, want = _kernel_case(qtype, rows, cols, n, isa, seed=rows * 7 + n)
+    assert head.isa == isa
+    assert np.abs(want).max() > 1.0  # the check below is not against zeros
     for threads in (1, 2, 3):
         got = head.logits(x, threads).copy()
-        want = _reference_logits(q, d, x)
         assert got.shape == (n, rows)
-        assert np.abs(want).max() > 1.0  # the check below is not against zeros
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", EACH_ISA)
+@pytest.mark.parametrize("qtype", [native.Q8_0, native.Q6_K])
+def test_every_row_count_from_1_to_16(isa, qtype):
+    """Every tile remainder of both vector widths (tiles of 8 and 4 rows)."""
+    cols = 256 if qtype == native.Q6_K else 64
+    for n in range(1, 17):
+        head, x, want = _kernel_case(qtype, 45, cols, n, isa, seed=n)
+        got = head.logits(x, 2)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+
+
+@needs_kernel
+def test_the_environment_forces_an_instruction_set(monkeypatch, caplog):
+    monkeypatch.delenv("STRUCTSPEC_HEAD_ISA", raising=False)
+    best = native.chosen_isa()
+    assert best == next(isa for isa in native.ISAS if native.isa_supported(isa))
+    for isa in native.ISAS:
+        monkeypatch.setenv("STRUCTSPEC_HEAD_ISA", isa.upper())
+        assert native.chosen_isa() == (isa if native.isa_supported(isa) else None)
+    rng = np.random.default_rng(4)
+    raw, _, _ = _random_q8_0(rng, 16, 64)
+    monkeypatch.setenv("STRUCTSPEC_HEAD_ISA", "avx2")
+    assert native.NativeHead.from_blocks(raw, native.Q8_0, 16, 64).isa == "avx2"
+    monkeypatch.setenv("STRUCTSPEC_HEAD_ISA", "neon")
+    with caplog.at_level(logging.WARNING, logger=native.log.name):
+        assert native.chosen_isa() is None
+        assert not native.kernel_available()
+    assert "STRUCTSPEC_HEAD_ISA=neon is none of avx512, avxvnni, avx2" in caplog.text
 
 
 @needs_kernel
 def test_head_buffer_is_reused_and_rows_past_the_last_call_are_not_returned():
     rng = np.random.default_rng(1)
     raw, q, d = _random_q8_0(rng, 48, 64)
-    head = native.NativeHead.from_q8_0(raw, 48, 64)
+    head = native.NativeHead.from_blocks(raw, native.Q8_0, 48, 64)
     big = head.logits(rng.standard_normal((5, 64)).astype(np.float32), 2)
     x = rng.standard_normal((2, 64)).astype(np.float32)
     small = head.logits(x, 2)
@@ -85,7 +173,7 @@ def test_head_buffer_is_reused_and_rows_past_the_last_call_are_not_returned():
 def test_the_kernel_stops_when_its_flag_is_set():
     rng = np.random.default_rng(3)
     raw, q, d = _random_q8_0(rng, 4000, 64)
-    head = native.NativeHead.from_q8_0(raw, 4000, 64)
+    head = native.NativeHead.from_blocks(raw, native.Q8_0, 4000, 64)
     x = rng.standard_normal((3, 64)).astype(np.float32)
     flag = Interrupt()
     got = head.logits(x, 2, flag.address)
@@ -100,10 +188,17 @@ def test_bad_shapes_are_refused():
     rng = np.random.default_rng(2)
     raw, _, _ = _random_q8_0(rng, 16, 64)
     with pytest.raises(ValueError, match="Q8_0 matrix"):
-        native.NativeHead.from_q8_0(raw[:-34], 16, 64)
+        native.NativeHead.from_blocks(raw[:-34], native.Q8_0, 16, 64)
     with pytest.raises(ValueError, match="Q8_0 matrix"):
-        native.NativeHead.from_q8_0(raw, 16, 48)  # not a whole number of blocks
-    head = native.NativeHead.from_q8_0(raw, 16, 64)
+        native.NativeHead.from_blocks(raw, native.Q8_0, 16, 48)  # not a whole number of blocks
+    q6 = random_q6_k(rng, 4, 512)
+    with pytest.raises(ValueError, match="Q6_K matrix"):
+        native.NativeHead.from_blocks(q6, native.Q6_K, 8, 512)
+    with pytest.raises(ValueError, match="Q6_K matrix"):
+        native.NativeHead.from_blocks(q6[:, :210], native.Q6_K, 4, 32)  # not a super-block
+    with pytest.raises(ValueError, match="ggml type 12 matrix"):
+        native.NativeHead.from_blocks(q6, 12, 4, 512)  # Q4_K: not a type the kernel takes
+    head = native.NativeHead.from_blocks(raw, native.Q8_0, 16, 64)
     with pytest.raises(ValueError, match="expected"):
         head.logits(np.zeros((2, 32), dtype=np.float32), 2)
 
@@ -122,12 +217,17 @@ def _llama_cpp_logits(model: LlamaModel, prompt: list[int], rows: list[int]) -> 
 
 
 @needs_kernel
-@pytest.mark.parametrize("storage", ["q8_0", "tied-q8_0"])
-def test_a_q8_0_head_is_computed_by_the_kernel_and_agrees_with_llama_cpp(tmp_path, storage):
+@pytest.mark.parametrize("isa", EACH_ISA)
+@pytest.mark.parametrize("storage", ["q8_0", "tied-q8_0", "q6_k"])
+def test_the_head_is_computed_by_the_kernel_and_agrees_with_llama_cpp(
+    tmp_path, monkeypatch, storage, isa
+):
+    monkeypatch.setenv("STRUCTSPEC_HEAD_ISA", isa)
     vocab = write_tiny_fim_gguf(tmp_path / "tiny.gguf", "qwen", head=storage)
     model = _load(vocab.path)
     try:
         assert model.head == "structspec"
+        assert model._head is not None and model._head.isa == isa
         prompt = model.tokenize("def f(x):\n    return x")
         rows = model.tokenize(" + 1\n\ndef g(y):", add_bos=False)[:7]
         want = _llama_cpp_logits(model, prompt, rows)
@@ -187,8 +287,25 @@ def test_llama_cpp_keeps_the_head_where_the_kernel_does_not_apply(tmp_path, monk
     plain = write_tiny_fim_gguf(tmp_path / "plain.gguf", "qwen", head="q8_0").path
     for path in (f32, capped):
         _assert_llama_cpp_head(path)
+    monkeypatch.setenv("STRUCTSPEC_HEAD_ISA", "neon")  # not an instruction set of the kernel
+    _assert_llama_cpp_head(plain)
+    monkeypatch.delenv("STRUCTSPEC_HEAD_ISA")
     monkeypatch.setenv("STRUCTSPEC_NATIVE_HEAD", "0")
     _assert_llama_cpp_head(plain)
+
+
+@needs_kernel
+def test_a_capture_struct_of_another_size_keeps_llama_cpps_head(tmp_path, monkeypatch, caplog):
+    """``_Capture`` must mirror ``ss_capture``: a size mismatch is caught at load, not used."""
+
+    class Longer(ctypes.Structure):
+        _fields_ = [*native._Capture._fields_, ("extra", ctypes.c_int64)]
+
+    monkeypatch.setattr(native, "_Capture", Longer)
+    path = write_tiny_fim_gguf(tmp_path / "tiny.gguf", "qwen", head="q8_0").path
+    with caplog.at_level(logging.WARNING, logger=native.log.name):
+        _assert_llama_cpp_head(path)
+    assert "built with another ss_capture" in caplog.text
 
 
 def _assert_llama_cpp_head(path) -> None:

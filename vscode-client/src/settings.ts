@@ -54,6 +54,11 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'speculative', kind: 'boolean', restart: false },
   { key: 'tokenHealing', kind: 'boolean', restart: false },
   { key: 'projectContext', kind: 'boolean', restart: false },
+  // A remote engine instead of the local model: the server switches without a restart.
+  { key: 'backend', kind: 'string', restart: false, flag: '--backend' },
+  { key: 'backendApiKey', kind: 'string', restart: false },
+  { key: 'backendModel', kind: 'string', restart: false },
+  { key: 'fimTemplate', kind: 'string', restart: false },
 ];
 
 /** Settings only the client reads; changing any of them needs a new process too. */

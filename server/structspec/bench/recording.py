@@ -29,12 +29,15 @@ from typing import Any
 
 from structspec.engine.control import CostModel
 from structspec.engine.decode import Engine, GenerationOptions
+from structspec.files import MIB, read_bounded_text
 from structspec.model.base import Model, Rows
 
 #: Bump when the recording's layout changes (format 1, without the editor's
 #: fields, is still read).
 RECORDING_FORMAT = 2
 READABLE_FORMATS = (1, 2)
+#: The largest recording, trace or cost table read (a recording of 40 prompts is 90 KB).
+MAX_RECORDING_BYTES = 256 * MIB
 
 
 class ReplayError(ValueError):
@@ -120,7 +123,7 @@ class Recording:
     @classmethod
     def load(cls, path: str | Path) -> Recording:
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = json.loads(read_bounded_text(path, MAX_RECORDING_BYTES))
             if data.get("format") not in READABLE_FORMATS:
                 raise ReplayError(f"recording {path}: unknown format {data.get('format')!r}")
             table = [tuple(int(t) for t in seq) for seq in data.get("sequences", [])]
@@ -148,7 +151,7 @@ class Recording:
                 tuple(float(v) for v in data["cost_ms"]),
                 prompts,
             )
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
             if isinstance(exc, ReplayError):
                 raise
             raise ReplayError(f"cannot read recording {path}: {exc}") from None
@@ -176,35 +179,36 @@ def recording_from_trace(
     sequences: dict[str, tuple[int, ...]] = {}
     prompts: list[RecordedPrompt] = []
     try:
-        with Path(path).open(encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
-                entry = json.loads(line)
-                if "seq" in entry:
-                    sequences[str(entry["seq"])] = tuple(int(t) for t in entry["tokens"])
-                    continue
-                if "margins" not in entry:
-                    continue  # traced without the replay's fields
-                tokens = tuple(int(t) for t in entry["tokens"])
-                end = entry.get("end")
-                output = tokens + ((int(end),) if end is not None else ())
-                ended = entry.get("stop_reason") in _ENDED_BY_ITSELF
-                prompts.append(
-                    RecordedPrompt(
-                        f"{number}/{entry['kind']}",
-                        entry.get("language"),
-                        tuple(int(t) for t in entry["prompt"]),
-                        output,
-                        tuple(float(m) for m in entry["margins"]),
-                        kind=str(entry["kind"]),
-                        max_tokens=int(entry["max_tokens"]) if ended else len(tokens),
-                        stop=tuple(str(s) for s in entry.get("stop", ())),
-                        suffix=sequences[entry["suffix"]],
-                        recent=tuple(sequences[s] for s in entry.get("recent", ())),
-                        corpus=tuple(sequences[s] for s in entry.get("corpus", ())),
-                        healed=bytes.fromhex(entry.get("healed", "")),
-                    )
+        # A FIFO or a device named as the trace is refused, not waited on.
+        lines = read_bounded_text(path, MAX_RECORDING_BYTES).splitlines()
+        for number, line in enumerate(lines, 1):
+            entry = json.loads(line)
+            if "seq" in entry:
+                sequences[str(entry["seq"])] = tuple(int(t) for t in entry["tokens"])
+                continue
+            if "margins" not in entry:
+                continue  # traced without the replay's fields
+            tokens = tuple(int(t) for t in entry["tokens"])
+            end = entry.get("end")
+            output = tokens + ((int(end),) if end is not None else ())
+            ended = entry.get("stop_reason") in _ENDED_BY_ITSELF
+            prompts.append(
+                RecordedPrompt(
+                    f"{number}/{entry['kind']}",
+                    entry.get("language"),
+                    tuple(int(t) for t in entry["prompt"]),
+                    output,
+                    tuple(float(m) for m in entry["margins"]),
+                    kind=str(entry["kind"]),
+                    max_tokens=int(entry["max_tokens"]) if ended else len(tokens),
+                    stop=tuple(str(s) for s in entry.get("stop", ())),
+                    suffix=sequences[entry["suffix"]],
+                    recent=tuple(sequences[s] for s in entry.get("recent", ())),
+                    corpus=tuple(sequences[s] for s in entry.get("corpus", ())),
+                    healed=bytes.fromhex(entry.get("healed", "")),
                 )
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            )
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ReplayError(f"cannot read trace {path}: {exc}") from None
     for p in prompts:
         if not p.prompt or len(p.output) != len(p.margins):
@@ -219,12 +223,12 @@ def load_cost_table(path: str | Path) -> CostModel:
     ``ms[n - 1]`` is the time of a pass of ``n`` rows, as in ``CostModel``.
     """
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_bounded_text(path, MAX_RECORDING_BYTES))
         ms = data["ms"] if isinstance(data, dict) else data
         if not isinstance(ms, list):
             raise TypeError("not a list of times")
         return CostModel(tuple(float(v) for v in ms))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ReplayError(f"cannot read cost table {path}: {exc}") from None
 
 

@@ -6,6 +6,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from structspec.files import MIB, FileLimitError, read_bounded_text
+
+#: The largest JSON lines suite read.
+MAX_SUITE_BYTES = 64 * MIB
+
 
 class SuiteError(ValueError):
     """A suite that cannot be read (one line for the user)."""
@@ -31,7 +36,9 @@ def jsonl(path: str | Path) -> list[Prompt]:
     """One ``{"id": ..., "prompt": ..., "language"?: ...}`` object per line; blank lines skipped."""
     p = Path(path)
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        lines = read_bounded_text(p, MAX_SUITE_BYTES).splitlines()
+    except FileLimitError as exc:
+        raise SuiteError(f"cannot read suite: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SuiteError(f"cannot read suite {p}: {exc}") from None
     prompts = []
@@ -43,6 +50,10 @@ def jsonl(path: str | Path) -> list[Prompt]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise SuiteError(f"{p}:{n}: not JSON ({exc.msg})") from None
+        except (RecursionError, ValueError):  # nested too deeply; an integer past the digit limit
+            raise SuiteError(
+                f"{p}:{n}: not a prompt (nested too deeply or a number too long)"
+            ) from None
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
             raise SuiteError(f'{p}:{n}: expected {{"id": ..., "prompt": "..."}}')
         language = obj.get("language")

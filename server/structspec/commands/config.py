@@ -30,8 +30,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+#: Settings whose value is a secret: shown only as set or not.
+SECRETS = frozenset({"backend_api_key"})
+
+
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
+
+
+def _shown(name: str, value: Any) -> Any:
+    if name in SECRETS:
+        return "(set)" if value else ""
+    return _plain(value)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     rows = [
         {
             "name": f.name,
-            "value": _plain(getattr(loaded.settings, f.name)),
+            "value": _shown(f.name, getattr(loaded.settings, f.name)),
             "origin": loaded.origins[f.name],
             "env": f"STRUCTSPEC_{f.name.upper()}",
             "flag": "--" + f.name.replace("_", "-"),

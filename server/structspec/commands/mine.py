@@ -76,24 +76,44 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def iter_files(paths: Sequence[str], exts: Sequence[str], exclude: Sequence[str]) -> Iterator[Path]:
-    """Files named on the command line, and code files under directories, sorted, once each."""
+    """Files named on the command line, and code files under directories, sorted, once each.
+
+    A file is known by its device and inode, so one reached twice (named twice,
+    through a symlink or a hard link) is read once. A symlink that loops or
+    leads nowhere names no file: it is skipped with a warning. Directories are
+    walked without following symlinks, so a symlinked directory cannot loop.
+    """
     suffixes = {("." + e.lstrip(".")).lower() for e in exts} or set(LANGUAGE_OF_SUFFIX)
 
     def excluded(rel: str, name: str) -> bool:
         return any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(rel, g) for g in exclude)
 
-    seen: set[Path] = set()
+    seen: set[tuple[int, int]] = set()
+
+    def first_time(path: Path) -> bool:
+        try:
+            st = os.stat(path)
+        except OSError as exc:  # a symlink loop (ELOOP), a dangling link, a file just removed
+            _skip(path, exc.strerror or str(exc))
+            return False
+        identity = (st.st_dev, st.st_ino)
+        if identity in seen:
+            return False
+        seen.add(identity)
+        return True
+
     for raw in paths:
         root = Path(raw)
-        if root.is_dir():
-            pass
-        elif root.exists():  # a file, or a FIFO/device that read_code will skip with a word
-            if root.resolve() not in seen:
-                seen.add(root.resolve())
+        try:
+            is_dir = stat.S_ISDIR(os.stat(root).st_mode)
+        except FileNotFoundError:
+            raise UserError(f"no such file or directory: {root}") from None
+        except OSError as exc:
+            raise UserError(f"cannot read {root}: {exc.strerror or exc}") from None
+        if not is_dir:  # a file, or a FIFO/device that read_code will skip with a word
+            if first_time(root):
                 yield root
             continue
-        else:
-            raise UserError(f"no such file or directory: {root}")
         for dirpath, dirnames, filenames in os.walk(root):
             rel_dir = os.path.relpath(dirpath, root)
             dirnames[:] = sorted(
@@ -106,13 +126,12 @@ def iter_files(paths: Sequence[str], exts: Sequence[str], exclude: Sequence[str]
             for name in sorted(filenames):
                 path = Path(dirpath) / name
                 rel = os.path.normpath(os.path.join(rel_dir, name))
-                if (
-                    path.suffix.lower() in suffixes
-                    and not excluded(rel, name)
-                    and path.resolve() not in seen
-                ):
-                    seen.add(path.resolve())
+                if path.suffix.lower() in suffixes and not excluded(rel, name) and first_time(path):
                     yield path
+
+
+def _skip(path: Path, why: object) -> None:
+    print(f"structspec: warning: skipping {path}: {why}", file=sys.stderr)
 
 
 def _kind(mode: int) -> str:
@@ -154,7 +173,7 @@ def read_code(path: Path) -> str | None:
     try:
         data = read_regular_file(path, MAX_FILE_BYTES)
     except ValueError as kind:
-        print(f"structspec: warning: skipping {path}: {kind}", file=sys.stderr)
+        _skip(path, kind)
         return None
     except OSError:
         return None

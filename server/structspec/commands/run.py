@@ -22,6 +22,7 @@ from structspec.commands.common import (
     settings_from_args,
 )
 from structspec.engine.decode import GenerationOptions
+from structspec.files import MIB, FileLimitError, read_bounded_text, size_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,14 +45,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+#: The longest prompt file (or standard input) read: far past any context window.
+MAX_PROMPT_BYTES = 16 * MIB
+
+
 def _read_prompt(args: argparse.Namespace) -> str:
     if args.prompt is not None:
         return str(args.prompt)
-    if args.prompt_file == "-":
-        return sys.stdin.read()
+    if args.prompt_file == "-":  # a pipe may never end (`yes | structspec run ...`)
+        data = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1)
+        if len(data) > MAX_PROMPT_BYTES:
+            raise UserError(
+                f"the prompt on standard input is larger than {size_text(MAX_PROMPT_BYTES)}"
+            )
+        return data.decode("utf-8", errors="replace")
     path = Path(args.prompt_file)
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_bounded_text(path, MAX_PROMPT_BYTES, errors="replace")
+    except FileLimitError as exc:
+        raise UserError(f"cannot read prompt file: {exc}") from None
     except OSError as exc:
         raise UserError(f"cannot read prompt file {path}: {exc.strerror or exc}") from None
 

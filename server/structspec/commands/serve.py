@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from structspec.cli import UserError
 from structspec.commands.common import add_model_arguments, settings_from_args
 from structspec.http.common import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
+from structspec.http.security import check_api_key
 from structspec.http.serving import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
 
 if TYPE_CHECKING:
@@ -133,14 +134,16 @@ def _check_port(host: str, port: int) -> None:
 
 
 def _key(flag: str | None, env: str, name: str) -> str | None:
-    """A key from its flag, else its environment variable; empty is an error."""
+    """A key from its flag, else its environment variable; one that no client could
+    send (empty, spaces, not ASCII) is an error."""
     value = flag if flag is not None else os.environ.get(env)
     if value is None:
         return None
     if not value.strip():
         raise UserError(f"{name} is empty; give a key or leave it out")
-    if value != value.strip() or any(c.isspace() or not c.isprintable() for c in value):
-        raise UserError(f"{name} must not contain spaces or control characters")
+    why = check_api_key(value)
+    if why is not None:
+        raise UserError(f"{name} {why}")
     return value
 
 

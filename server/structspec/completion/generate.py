@@ -25,16 +25,17 @@ The outcome carries the model's output as a ``Continuation`` (the tokens
 behind it included), and ``continue_generation`` is pre-generation: it extends
 a continuation past what was shown, on the same KV slot, while the user reads.
 
-For the editor's draft sources it also passes the text after the cursor
-(``suffix``, ``nearby``) and the document's latest generations (``recycle``),
-and returns this generation's own (``Outcome.generated``) for the next.
+For the editor's draft sources it also passes what the enabled ones read
+(``draft_inputs``, as the entries of ``structspec.sources`` declare): the corpus, the
+text after the cursor and the document's latest generations; it returns this
+generation's own (``Outcome.generated``) for the next.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from structspec.completion.cache import Continuation, Extension
 from structspec.completion.corpus import CorpusCache, DocumentSnapshot
@@ -53,11 +54,11 @@ from structspec.completion.trace import Replayable
 from structspec.completion.trace import enabled as tracing
 from structspec.completion.trace import record as trace_generation
 from structspec.config import Settings
-from structspec.drafts.registry import reads_corpus
-from structspec.engine.decode import Engine, GenerationOptions, GenerationResult
+from structspec.engine.decode import Engine, Generation, GenerationOptions, GenerationResult
 from structspec.engine.stats import GenerationStats
 from structspec.model.base import Model
 from structspec.model.extras import contended
+from structspec.sources import EditorInputs, editor_inputs
 
 
 @dataclass
@@ -72,7 +73,7 @@ class Outcome:
     #: The prefill ran out of the latency budget (the service finishes it when idle).
     unfinished: bool = False
     #: The prompt's last tokens and what the model generated after them, also
-    #: when cancelled (the ``recycle`` source drafts from it next time).
+    #: when cancelled (a source reading recent suggestions drafts from it next time).
     generated: tuple[int, ...] = ()
     #: The model's whole output from the cursor (``text`` is its cleaned first
     #: part), for pre-generation to continue; ``None`` when cancelled.
@@ -194,6 +195,39 @@ def _to_evaluate(prompts: PromptBuilder, prompt: Prompt) -> int:
     return len(prompt.tokens) - reusable_prefix(prompts.model, prompt.tokens[:-1])
 
 
+@dataclass(frozen=True)
+class DraftInputs:
+    """What a generation passes its draft sources from the editor (empty: not read)."""
+
+    corpus: list[list[int]] = field(default_factory=list)
+    suffix: list[int] = field(default_factory=list)
+    recent: Sequence[tuple[int, ...]] = ()
+
+
+def draft_inputs(
+    model: Model, corpus: CorpusCache, job: CompletionInput, prompt: Prompt | None = None
+) -> DraftInputs:
+    """Gather what the enabled sources read: the corpus (given the ``prompt``), suffix, recent.
+
+    Which of them is read is the sources' declaration (``structspec.sources``);
+    without speculation no source runs and nothing is gathered.
+    """
+    settings = job.settings
+    wanted = editor_inputs(settings.source_names()) if settings.speculative else EditorInputs()
+    tokens_corpus: list[list[int]] = []
+    if wanted.corpus and prompt is not None:
+        tokens_corpus = corpus.collect(
+            model,
+            text=job.text,
+            cut=prompt.cut,
+            suffix_start=prompt.suffix_end,
+            others=job.others,
+        )
+    suffix = corpus.suffix(model, job.text, job.offset) if wanted.suffix else []
+    recent = job.recent_suggestions if wanted.recent_suggestions else ()
+    return DraftInputs(tokens_corpus, suffix, recent)
+
+
 def run_completion(
     engine: Engine,
     prompts: PromptBuilder,
@@ -216,88 +250,21 @@ def run_completion(
     model = engine.model
     settings = job.settings
     prompt = build_prompt(prompts, snippets, job, cut_hint)
-    tokens_corpus: list[list[int]] = []
-    if settings.speculative and reads_corpus(settings.source_names()):
-        tokens_corpus = corpus.collect(
-            model,
-            text=job.text,
-            cut=prompt.cut,
-            suffix_start=prompt.suffix_end,
-            others=job.others,
-        )
-    names = settings.source_names() if settings.speculative else ()
-    suffix_tokens: list[int] = []
-    if "suffix" in names or "nearby" in names:
-        suffix_tokens = corpus.suffix(model, job.text, job.offset)
-    recent = job.recent_suggestions if "recycle" in names else ()
+    inputs = draft_inputs(model, corpus, job, prompt)
     if cancelled():
         return Outcome(cancelled=True, cut=prompt.cut)
     if not settings.prefix_reuse:
         model.truncate(0)  # evaluate the whole prompt again (the benchmark's baseline)
-    prefill_budget = settings.max_latency_ms / 1000.0
     reused = reusable_prefix(model, prompt.tokens[:-1])
     t_prefill = clock()
-    if not prefill_in_chunks(
-        model,
-        prompt.tokens[:-1],
-        lambda: cancelled() or clock() - job.t0 > prefill_budget,
-        leave=PREFILL_CHUNK,  # the engine evaluates the last chunk itself
-        deadline=job.t0 + prefill_budget,
-        clock=clock,
-    ):
+    if not _prefill_within_budget(model, prompt, job, cancelled, clock):
         return Outcome(cancelled=cancelled(), cut=prompt.cut, unfinished=not cancelled())
     generation_start = clock()
     budget = generation_budget(model, settings)
-    mode = job.cursor.mode
-    options = GenerationOptions(
-        max_tokens=settings.max_tokens,
-        stop=("\n",) if mode == LINE else (),
-        speculative=settings.speculative,
-        token_healing=settings.token_healing,
+    generation, options = _start(engine, prompt, job, inputs, cancelled)
+    text, early = _write(
+        generation, job.cursor, lambda: clock() - generation_start > budget, progress
     )
-    fim = model.fim_tokens() if prompt.fim else None
-    generation = engine.stream(
-        prompt.tokens,
-        options,
-        corpus=tokens_corpus,
-        language=job.language or None,
-        suffix_tokens=suffix_tokens,
-        recent_suggestions=recent,
-        cancelled=cancelled,
-        # Token healing acts where the cursor is: before the suffix in a FIM prompt.
-        cursor=prompt.tokens.index(fim.suffix) if fim and fim.suffix in prompt.tokens else None,
-        margins=tracing(),
-    )
-    text = ""
-    mark: int | None = None
-    early = False
-    steps = iter(generation)
-    try:
-        for step in steps:
-            before = len(text)
-            text += step.text
-            if progress is not None:
-                progress(text)
-            loop = loop_start(text)
-            if loop is not None:  # the model is stuck in a loop: that line is dropped
-                text, early = text[:loop], True
-                break
-            if mode == BLOCK:
-                text, dedented = cut_block(text, job.cursor)
-                line_end = first_line_done(text)
-                if dedented or line_end is not None:
-                    # The rest of a block comes from pre-generation.
-                    text = text if line_end is None else text[:line_end]
-                    early = True
-                    break
-            if mark is None and clock() - generation_start > budget:
-                mark = before  # finish the word being written, then stop
-            if mark is not None and (end := word_end(text, mark)) is not None:
-                text, early = text[:end], True
-                break
-    finally:
-        # Closing the generator ends the generation now (its result is final).
-        steps.close()  # type: ignore[attr-defined]
     result = generation.result
     stats = result.stats if result is not None else None
     if stats is not None:
@@ -306,23 +273,10 @@ def run_completion(
         stats.reused_tokens = min(stats.reused_tokens, reused)
     generated: tuple[int, ...] = ()
     if result is not None:  # STRUCTSPEC_TRACE: the benchmark's exactness check and replay
-        healing = generation.healing
-        trace_generation(
-            result.prompt_tokens,
-            result.tokens,
-            healing.removed if healing else b"",
-            _replayable(
-                "cancelled" if cancelled() else "completion",
-                job,
-                options,
-                result,
-                suffix_tokens,
-                recent,
-                tokens_corpus,
-            ),
-        )
-    if result is not None and result.tokens:
-        generated = (*result.prompt_tokens[-GENERATED_CONTEXT_TOKENS:], *result.tokens)
+        kind = "cancelled" if cancelled() else "completion"
+        _trace(kind, generation, result, job, options, inputs)
+        if result.tokens:
+            generated = (*result.prompt_tokens[-GENERATED_CONTEXT_TOKENS:], *result.tokens)
     if cancelled():
         return Outcome(stats=stats, cancelled=True, cut=prompt.cut, generated=generated)
     continuation: Continuation | None = None
@@ -332,12 +286,101 @@ def run_completion(
         if not early:
             text = result.text
     return Outcome(
-        clean(text, job.cursor, mode),
+        clean(text, job.cursor, job.cursor.mode),
         stats,
         cut=prompt.cut,
         generated=generated,
         continuation=continuation,
     )
+
+
+def _start(
+    engine: Engine,
+    prompt: Prompt,
+    job: CompletionInput,
+    inputs: DraftInputs,
+    cancelled: Callable[[], bool],
+) -> tuple[Generation, GenerationOptions]:
+    """Start the engine's stream for the prompt, in the cursor's single-line or block mode."""
+    settings = job.settings
+    options = GenerationOptions(
+        max_tokens=settings.max_tokens,
+        stop=("\n",) if job.cursor.mode == LINE else (),
+        speculative=settings.speculative,
+        token_healing=settings.token_healing,
+    )
+    fim = engine.model.fim_tokens() if prompt.fim else None
+    generation = engine.stream(
+        prompt.tokens,
+        options,
+        corpus=inputs.corpus,
+        language=job.language or None,
+        suffix_tokens=inputs.suffix,
+        recent_suggestions=inputs.recent,
+        cancelled=cancelled,
+        # Token healing acts where the cursor is: before the suffix in a FIM prompt.
+        cursor=prompt.tokens.index(fim.suffix) if fim and fim.suffix in prompt.tokens else None,
+        margins=tracing(),
+    )
+    return generation, options
+
+
+def _prefill_within_budget(
+    model: Model,
+    prompt: Prompt,
+    job: CompletionInput,
+    cancelled: Callable[[], bool],
+    clock: Callable[[], float],
+) -> bool:
+    """Evaluate the prompt but its last chunk, unless ``max_latency_ms`` runs out first."""
+    budget = job.settings.max_latency_ms / 1000.0
+    return prefill_in_chunks(
+        model,
+        prompt.tokens[:-1],
+        lambda: cancelled() or clock() - job.t0 > budget,
+        leave=PREFILL_CHUNK,  # the engine evaluates the last chunk itself
+        deadline=job.t0 + budget,
+        clock=clock,
+    )
+
+
+def _write(
+    generation: Generation,
+    cursor: CursorContext,
+    over_budget: Callable[[], bool],
+    progress: Callable[[str], None] | None,
+) -> tuple[str, bool]:
+    """Read the engine's stream: ``(text, early)``, early when stopped before the engine ended.
+
+    It stops at a loop (that line dropped), at the end of a block's first line,
+    and, once ``over_budget()``, at the end of the word being written.
+    """
+    text = ""
+    mark: int | None = None
+    steps = iter(generation)
+    try:
+        for step in steps:
+            before = len(text)
+            text += step.text
+            if progress is not None:
+                progress(text)
+            loop = loop_start(text)
+            if loop is not None:  # the model is stuck in a loop: that line is dropped
+                return text[:loop], True
+            if cursor.mode == BLOCK:
+                text, dedented = cut_block(text, cursor)
+                line_end = first_line_done(text)
+                if dedented or line_end is not None:
+                    # The rest of a block comes from pre-generation.
+                    return (text if line_end is None else text[:line_end]), True
+            if mark is None and over_budget():
+                mark = before  # finish the word being written, then stop
+            if mark is not None and (end := word_end(text, mark)) is not None:
+                return text[:end], True
+    finally:
+        # Closing the generator ends the generation now (its result is final).
+        steps.close()  # type: ignore[attr-defined]
+    return text, False
 
 
 #: Lines pre-generation writes past the end of what the user was shown.
@@ -366,10 +409,7 @@ def continue_generation(
     lines = continuation.lines_after(shown)
     if continuation.ended or lines >= PREGENERATE_LINES:
         return Extension((), b""), None
-    names = settings.source_names() if settings.speculative else ()
-    suffix_tokens: list[int] = []
-    if "suffix" in names or "nearby" in names:
-        suffix_tokens = corpus.suffix(engine.model, job.text, job.offset)
+    suffix_tokens = draft_inputs(engine.model, corpus, job).suffix
     options = GenerationOptions(max_tokens=settings.max_tokens, speculative=settings.speculative)
     generation = engine.stream(
         continuation.tokens,
@@ -398,6 +438,24 @@ def continue_generation(
         replayable=_replayable("pregeneration", job, options, result, suffix_tokens),
     )
     return extension(engine, result), result
+
+
+def _trace(
+    kind: str,
+    generation: Generation,
+    result: GenerationResult,
+    job: CompletionInput,
+    options: GenerationOptions,
+    inputs: DraftInputs,
+) -> None:
+    """Record a completion's generation for replay (``STRUCTSPEC_TRACE``; else nothing)."""
+    healing = generation.healing
+    trace_generation(
+        result.prompt_tokens,
+        result.tokens,
+        healing.removed if healing else b"",
+        _replayable(kind, job, options, result, inputs.suffix, inputs.recent, inputs.corpus),
+    )
 
 
 def _replayable(

@@ -12,7 +12,10 @@ calibrating it blocks). What it keeps and when it rebuilds it:
   with every source that can be built (``runtime.load_available_engine``);
 - the prompt builder and the corpus cache, which belong to one model, and the
   project-context snippet chooser (its choice stays while the user types in
-  one place, so the KV cache keeps the snippets).
+  one place, so the KV cache keeps the snippets);
+- instead of all that while the ``backend`` setting names a server, the
+  remote engine's client (``remote``), keyed on the backend settings; the
+  local model is closed then, and the client when the setting is emptied.
 
 Outcomes are reported through ``on_loaded(name, warnings)`` and
 ``on_failed(message)``, called on the worker thread (the service forwards them
@@ -22,11 +25,16 @@ to its event loop).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
+from structspec import detect
+from structspec.backends.address import AUTO
 from structspec.completion.corpus import CorpusCache
+from structspec.completion.generate import CompletionInput, Outcome
 from structspec.completion.prompt import PromptBuilder
+from structspec.completion.remote import RemoteCompleter, RemoteKey, remote_key
 from structspec.completion.snippets import SnippetChooser
 from structspec.config import Settings
 from structspec.engine.decode import Engine
@@ -38,21 +46,23 @@ log = logging.getLogger(__name__)
 #: KV caches the model keeps (one per recently completed document), so that
 #: switching between documents does not evaluate either prompt again.
 KV_SLOTS = 3
+#: ``backend = "auto"`` that found no server looks again after this long (seconds).
+DETECT_RETRY_S = 30.0
 
 Announce = Callable[[str], None]
 ModelOpener = Callable[..., Model]
 #: ``(settings, model=, announce=) -> (engine, warnings)``
 EngineLoader = Callable[..., tuple[Engine, list[str]]]
 
-ModelKey = tuple[str, int, int, int]
+ModelKey = tuple[str, int, int, int, RemoteKey]
 EngineKey = tuple[tuple[str, ...], str]
 
 
 def model_key(settings: Settings) -> ModelKey:
-    """Every setting that changes the loaded model."""
+    """Every setting that changes the loaded model (a remote one included)."""
     # Without prefix reuse (a benchmark baseline) one slot, emptied before each request.
     slots = KV_SLOTS if settings.prefix_reuse else 1
-    return (settings.model, settings.threads, settings.context_size, slots)
+    return (settings.model, settings.threads, settings.context_size, slots, remote_key(settings))
 
 
 def engine_key(settings: Settings) -> EngineKey:
@@ -61,9 +71,10 @@ def engine_key(settings: Settings) -> EngineKey:
 
 
 def default_open_model(spec: str, **kwargs: Any) -> Model:
+    """The editor's model: with the on-disk prompt-prefix cache, so a restart starts warm."""
     from structspec.runtime import open_model
 
-    return open_model(spec, **kwargs)
+    return open_model(spec, prefix_cache=True, **kwargs)
 
 
 def default_load_engine(settings: Settings, **kwargs: Any) -> tuple[Engine, list[str]]:
@@ -96,10 +107,92 @@ class EngineHost:
         self.snippets = SnippetChooser()
         self._model_key: ModelKey | None = None
         self._engine_key: EngineKey | None = None
-        self._failed: tuple[ModelKey, str] | None = None
+        #: A key that failed (a model's, or a backend's) and the message the user got.
+        self._failed: tuple[ModelKey | RemoteKey, str] | None = None
+        self.remote: RemoteCompleter | None = None
+        #: ``backend = "auto"`` found no server: when to look again, and whether it was said.
+        self._detect_after = 0.0
+        self._detect_told = False
+        self._detect_message = ""
+
+    def remote_for(self, settings: Settings) -> RemoteCompleter | None:
+        """The client of ``settings.backend``, made when a backend setting changed.
+
+        ``None`` (the user told once) when the settings cannot make one.
+        """
+        key = remote_key(settings)
+        if self.remote is not None and self.remote.key == key:
+            return self.remote
+        if self._failed is not None and self._failed[0] == key:
+            return None
+        self.close()  # neither the local model nor another backend's client is needed
+        url = self._detect() if settings.backend == AUTO else settings.backend
+        if url is None:
+            return None
+        try:
+            self.remote = RemoteCompleter(
+                settings, on_loaded=self._on_loaded, on_failed=self._on_failed, url=url
+            )
+        except ValueError as exc:  # a URL or template that slipped past config's checks
+            message = f"structspec: cannot use backend {settings.backend!r}: {exc}"
+            self._failed = (key, message)
+            log.error("%s", message)
+            self._on_failed(message)
+            return None
+        return self.remote
+
+    def warm_remote(self, settings: Settings) -> str | None:
+        """Make the client of ``settings.backend`` now; the message of why not, if it cannot."""
+        if self.remote_for(settings) is not None:
+            return None
+        if self._failed is not None and self._failed[0] == remote_key(settings):
+            return self._failed[1]
+        return self._detect_message
+
+    def _detect(self) -> str | None:
+        """``backend = "auto"``: the URL of the server ``structspec detect`` picks, if any."""
+        now = time.monotonic()
+        if now < self._detect_after:
+            return None
+        picked = detect.pick_backend(detect.probe_backends())
+        if picked is not None:
+            self._detect_told = False
+            return picked.url
+        self._detect_after = now + DETECT_RETRY_S
+        if not self._detect_told:
+            self._detect_told = True
+            ports = ", ".join(f"{name} :{port}" for name, port in detect.KNOWN_BACKENDS)
+            self._detect_message = (
+                f"structspec: backend auto found no inference server on this machine ({ports}); "
+                f"looking again every {DETECT_RETRY_S:.0f} s. Fix: start one, or set `backend` "
+                "to its URL"
+            )
+            log.warning("%s", self._detect_message)
+            self._on_failed(self._detect_message)
+        return None
+
+    def complete_remotely(
+        self,
+        job: CompletionInput,
+        *,
+        cancelled: Callable[[], bool],
+        progress: Callable[[str], None] | None = None,
+    ) -> Outcome:
+        """One suggestion from the ``backend`` server (``RemoteCompleter.complete``)."""
+        remote = self.remote_for(job.settings)
+        if remote is None:
+            return Outcome()
+        try:
+            return remote.complete(job, cancelled=cancelled, progress=progress)
+        except Exception:  # a bug must cost a suggestion, not the request
+            log.exception("completion through %s failed", job.settings.backend)
+            return Outcome()
 
     def engine_for(self, settings: Settings) -> Engine:
         """The engine for ``settings``, loading or rebuilding what changed; ``ModelError``."""
+        if self.remote is not None:  # back to the local model
+            self.remote.close()
+            self.remote = None
         key = model_key(settings)
         if self.model is None or self._model_key != key:
             self._load_model(settings, key)
@@ -142,7 +235,10 @@ class EngineHost:
         self.corpus = CorpusCache()
 
     def close(self) -> None:
-        """Free the model now (the next ``engine_for`` loads it again)."""
+        """Free the model and the remote client now (the next request makes them again)."""
         model, self.model, self.engine, self.prompts = self.model, None, None, None
         self._model_key = self._engine_key = None
         close_model(model)
+        remote, self.remote = self.remote, None
+        if remote is not None:
+            remote.close()

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from structspec.drafts.base import SourceError
+from structspec.files import MIB, FileLimitError, read_bounded, size_text
 from structspec.syntax.table import GrammarTableError, load_table
 
 FORMAT = "structspec-rules"
@@ -55,6 +56,9 @@ CHAIN_THRESHOLDS = {"deterministic": 0.6, "strong": 0.5, "frequent": 0.4}
 
 #: The packaged default rules (mined for the default model's tokenizer).
 DEFAULT_RULES_FILE = "python-stdlib.gemma3.rules.json.gz"
+#: Most bytes of a rules file, compressed or not (the packaged one is 2 MiB
+#: of JSON): a setting may name ``/dev/zero`` or a gzip bomb.
+MAX_RULES_BYTES = 64 * MIB
 
 
 def _language_of_suffix() -> dict[str, str]:
@@ -67,6 +71,21 @@ def _language_of_suffix() -> dict[str, str]:
 
 #: Languages of the files a rules file is mined from, by suffix (``structspec mine``).
 LANGUAGE_OF_SUFFIX = _language_of_suffix()
+
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    """Decompress gzip ``data`` to at most ``limit`` bytes (``ValueError`` past it).
+
+    One member, as ``RuleSet.save`` writes; decompressed in steps so that a
+    small file of zeros cannot expand to gigabytes first.
+    """
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out = inflate.decompress(data, limit + 1)
+    if len(out) > limit:
+        raise ValueError(f"larger than {size_text(limit)} decompressed")
+    if not inflate.eof:
+        raise EOFError("compressed file ended before the end-of-stream marker")
+    return out
 
 
 class RulesError(SourceError):
@@ -188,13 +207,17 @@ class RuleSet:
         """
         path = Path(path)
         try:
-            raw = path.read_bytes()
+            raw = read_bounded(path, MAX_RULES_BYTES)
+        except FileLimitError as exc:
+            raise RulesError(f"cannot read rules file: {exc}") from None
         except OSError as exc:
             raise RulesError(f"cannot read rules file {path}: {exc.strerror or exc}") from None
         try:
             if raw[:2] == b"\x1f\x8b":
-                raw = gzip.decompress(raw)
+                raw = _gunzip(raw, MAX_RULES_BYTES)
             data = json.loads(raw)
+        except RecursionError:
+            raise RulesError(f"{path} is not a rules file (nested too deeply)") from None
         except (OSError, EOFError, zlib.error, ValueError) as exc:
             raise RulesError(f"{path} is not a rules file (corrupt: {exc})") from None
         return cls.from_json(data, model, str(path))

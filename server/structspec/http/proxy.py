@@ -14,16 +14,30 @@ backend URL's own path, bodies unchanged, with these exceptions on purpose:
   original structspec's examples send; Ollama and LM Studio need a real name).
 
 Streamed responses are relayed chunk by chunk as they arrive
-(``structspec_proxy_relay_seconds`` measures what the relay adds per chunk);
-generated tokens are counted from the backend's ``usage`` when it reports one,
-else one per streamed content event. A backend that cannot be reached is a 502,
-one that stops answering a 504. The proxy does no speculative decoding itself:
-the backend decodes (configure vLLM's own model-free speculation with
-``structspec vllm-command``).
+(``structspec_proxy_relay_seconds`` measures what the relay adds per chunk), in
+constant memory however long they run. A non-streamed answer is read whole first
+(so a client gets all of it or a JSON error, never a cut 200), up to
+``MAX_ANSWER_BYTES`` and within ``ANSWER_TIMEOUT_S`` of its headers: past the cap
+a 502, past the time a 504. Generated tokens are counted from the backend's
+``usage`` when it reports a plausible one, else one per streamed content event;
+nothing a backend sends (malformed or deeply nested JSON, negative or infinite
+counts, endless lines) stops a relay or its metrics. A backend that cannot be
+reached is a 502, one that stops answering a 504.
+
+The backend is asked for uncompressed answers; one that compresses anyway with
+gzip or deflate is decoded here (its ``Content-Encoding`` is not relayed, so
+the bytes must be the plain ones, and the caps and the token count apply to
+what the client reads); any other coding is refused with a 502. The backend's
+CORS headers (``Access-Control-*``) are never relayed: this server grants no
+web page access (see ``security``), whatever the backend would.
+
+The proxy does no speculative decoding itself: the backend decodes (configure
+vLLM's own model-free speculation with ``structspec vllm-command``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -43,8 +57,10 @@ from structspec.http.common import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
     ClientGone,
+    JSONError,
     error_response,
     http_exception,
+    load_json,
     metrics_endpoint,
     parse_json,
     read_body,
@@ -59,8 +75,9 @@ from structspec.metrics import Metrics
 FORWARDED_HEADERS = ("content-type", "accept", "user-agent", "authorization")
 #: Response headers that describe one connection, not the message (RFC 9110
 #: 7.6.1), or that httpx/uvicorn recompute, or that would act on this server's
-#: origin (cookies): not relayed back to the client.
-HOP_BY_HOP = frozenset(
+#: origin (cookies): not relayed back to the client. ``content-encoding``: what
+#: is relayed is always the decoded bytes.
+NOT_RELAYED = frozenset(
     {
         "connection",
         "keep-alive",
@@ -79,6 +96,26 @@ HOP_BY_HOP = frozenset(
         "set-cookie",
     }
 )
+#: Response header prefixes never relayed: CORS grants (vLLM sends
+#: ``Access-Control-Allow-Origin: *`` by default) would let any web page read
+#: this server's answers.
+NOT_RELAYED_PREFIXES = ("access-control-",)
+#: Content codings of a backend's answer that are decoded here (httpx decodes
+#: them); an answer in any other is refused with a 502.
+DECODED_ENCODINGS = frozenset({"identity", "gzip", "deflate"})
+#: Largest non-streamed answer relayed, counted decoded: a completion with
+#: logprobs is a few MB, a batch of embeddings tens. Past it: a 502.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+#: Seconds a non-streamed answer has to arrive whole once its headers came: as
+#: long as the backend is given to start answering (a backend may send headers
+#: before it generates). Past it: a 504.
+ANSWER_TIMEOUT_S = 600.0
+#: Longest line of a stream read to count tokens; a longer one is relayed but not
+#: counted (so an endless line costs no memory).
+MAX_EVENT_BYTES = 1024 * 1024
+#: Largest token count taken from a backend's ``usage``; no backend's context
+#: holds more (positions are 32-bit integers). Anything else there is not counted.
+MAX_REPORTED_TOKENS = 2**31 - 1
 #: Percent-decoding rounds a path may need before it stops changing; a path
 #: still changing after this many is refused (nobody encodes an API path 4 times).
 MAX_DECODE_ROUNDS = 4
@@ -155,6 +192,8 @@ class ProxyApp:
         body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
         connect_timeout: float = 5.0,
         read_timeout: float = 600.0,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+        answer_timeout: float = ANSWER_TIMEOUT_S,
         metrics: Metrics | None = None,
         relay_authorization: bool = True,
         backend_api_key: str | None = None,
@@ -164,6 +203,8 @@ class ProxyApp:
             self.backend = self.backend[: -len("/v1")]
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
+        self.max_answer_bytes = max_answer_bytes
+        self.answer_timeout = answer_timeout
         self.metrics = metrics or Metrics(mode="proxy", model=self.backend)
         # With a backend key, every request carries it; else a client's own
         # Authorization is relayed unless it is this server's key.
@@ -184,10 +225,12 @@ class ProxyApp:
     async def _first_model(self) -> str | None:
         if self._auto_model is None:
             try:
-                r = await self.client.get("/v1/models", timeout=5.0)
-                data = r.json().get("data") or []
+                async with self.client.stream("GET", "/v1/models", timeout=5.0) as r:
+                    if r.status_code != 200:
+                        return None
+                    data = load_json(await self._read_answer(r, timeout=5.0)).get("data")
                 self._auto_model = str(data[0]["id"]) if data else None
-            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+            except (httpx.HTTPError, ApiError, JSONError, KeyError, TypeError, AttributeError):
                 return None
         return self._auto_model
 
@@ -201,6 +244,10 @@ class ProxyApp:
                 reason="too_large" if err.status == 413 else "bad_request"
             ).inc()
         return error_response(err)
+
+    def _backend_fails(self, endpoint: str, kind: str, err: ApiError) -> Response:
+        self.metrics.backend_errors.labels(kind=kind).inc()
+        return self._fail(endpoint, err)
 
     def _forwarded_headers(self, request: Request) -> dict[str, str]:
         """The request headers the backend sees (see ``FORWARDED_HEADERS``)."""
@@ -243,20 +290,11 @@ class ProxyApp:
         try:
             upstream = await self.client.send(outgoing, stream=True)
         except httpx.TimeoutException as exc:
-            self.metrics.backend_errors.labels(kind="timeout").inc()
-            return self._fail(
-                endpoint,
-                ApiError(
-                    504,
-                    f"the backend {self.backend} timed out: {exc}",
-                    kind="server_error",
-                    code="backend_timeout",
-                ),
-            )
+            return self._backend_fails(endpoint, "timeout", self._timed_out(exc))
         except httpx.HTTPError as exc:
-            self.metrics.backend_errors.labels(kind="connect").inc()
-            return self._fail(
+            return self._backend_fails(
                 endpoint,
+                "connect",
                 ApiError(
                     502,
                     f"cannot reach the backend {self.backend}: {exc or type(exc).__name__}",
@@ -264,7 +302,24 @@ class ProxyApp:
                     code="backend_unreachable",
                 ),
             )
-        out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+        encoding = upstream.headers.get("content-encoding", "")
+        if any(
+            c.strip().lower() not in DECODED_ENCODINGS for c in encoding.split(",") if c.strip()
+        ):
+            await upstream.aclose()
+            return self._backend_fails(
+                endpoint,
+                "encoding",
+                ApiError(
+                    502,
+                    f"the backend {self.backend} answered in the content coding "
+                    f"{encoding[:100]!r}, which this proxy does not decode (it asks for "
+                    "uncompressed answers; gzip and deflate are decoded)",
+                    kind="server_error",
+                    code="backend_encoding",
+                ),
+            )
+        out_headers = {k: v for k, v in upstream.headers.items() if _relayed(k)}
         status = upstream.status_code
         if status >= 500:
             self.metrics.backend_errors.labels(kind=f"http_{status}").inc()
@@ -277,11 +332,13 @@ class ProxyApp:
                 media_type=None,
             )
         try:
-            content = await upstream.aread()
+            content = await self._read_answer(upstream, timeout=self.answer_timeout)
+        except httpx.TimeoutException as exc:
+            return self._backend_fails(endpoint, "timeout", self._timed_out(exc))
         except httpx.HTTPError as exc:
-            self.metrics.backend_errors.labels(kind="read").inc()
-            return self._fail(
+            return self._backend_fails(
                 endpoint,
+                "read",
                 ApiError(
                     502,
                     f"the backend {self.backend} broke off its answer: {exc}",
@@ -289,32 +346,65 @@ class ProxyApp:
                     code="backend_error",
                 ),
             )
+        except ApiError as err:
+            kind = "too_large" if err.code == "backend_answer_too_large" else "timeout"
+            return self._backend_fails(endpoint, kind, err)
         finally:
             await upstream.aclose()
         if status == 200 and endpoint in ("chat", "completions"):
-            self._count_usage(content)
+            # Parsing a large answer takes a while: off the event loop.
+            counts = await asyncio.to_thread(_answer_tokens, content)
+            if counts is not None:
+                self.metrics.observe_proxy_tokens(counts[0])
+                self.metrics.prompt_tokens.inc(counts[1])
         self.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
         self.metrics.latency.labels(endpoint=endpoint).observe(time.monotonic() - t0)
         return Response(content, status_code=status, headers=out_headers)
 
-    def _count_usage(self, content: bytes) -> None:
-        # A backend may answer without usage (or not in JSON): then nothing is counted.
-        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
-            data: Any = json.loads(content)
-            tokens = int(data["usage"]["completion_tokens"])
-            self.metrics.observe_proxy_tokens(tokens)
-            self.metrics.prompt_tokens.inc(int(data["usage"].get("prompt_tokens", 0)))
+    def _timed_out(self, exc: Exception) -> ApiError:
+        return ApiError(
+            504,
+            f"the backend {self.backend} timed out: {exc or type(exc).__name__}",
+            kind="server_error",
+            code="backend_timeout",
+        )
+
+    async def _read_answer(self, upstream: httpx.Response, *, timeout: float) -> bytes:
+        """The whole (decoded) body of a non-streamed answer, or ``ApiError``: a 502
+        past ``max_answer_bytes``, a 504 when it is not whole ``timeout`` seconds
+        after its headers. httpx errors while reading are raised as they are."""
+        body = bytearray()
+        try:
+            async with asyncio.timeout(timeout):
+                async for chunk in upstream.aiter_bytes():
+                    body += chunk
+                    if len(body) > self.max_answer_bytes:
+                        raise ApiError(
+                            502,
+                            f"the backend {self.backend} answered with more than "
+                            f"{self.max_answer_bytes} bytes, the most this proxy relays in "
+                            "one answer that is not streamed",
+                            kind="server_error",
+                            code="backend_answer_too_large",
+                        )
+        except TimeoutError:
+            raise ApiError(
+                504,
+                f"the backend {self.backend} did not finish its answer within {timeout:g} s "
+                f"({len(body)} bytes came)",
+                kind="server_error",
+                code="backend_timeout",
+            ) from None
+        return bytes(body)
 
     async def _relay_stream(
         self, upstream: httpx.Response, endpoint: str, t0: float
     ) -> AsyncIterator[bytes]:
         status = str(upstream.status_code)
-        events = 0
-        usage_tokens: int | None = None
-        tail = b""
+        counter = _EventCounter()
         first = True
         try:
-            async for chunk in upstream.aiter_raw():
+            async for chunk in upstream.aiter_bytes():
                 arrived = time.monotonic()
                 yield chunk
                 # Resumed once the chunk was handed to the server: that is the relay time.
@@ -324,13 +414,7 @@ class ProxyApp:
                     first = False
                     self.metrics.first_token.labels(endpoint=endpoint).observe(arrived - t0)
                 # Count events after relaying, so counting never delays a chunk.
-                data = tail + chunk
-                lines = data.split(b"\n")
-                tail = lines.pop()
-                for line in lines:
-                    n, usage = _event_tokens(line)
-                    events += n
-                    usage_tokens = usage if usage is not None else usage_tokens
+                counter.feed(chunk)
         except httpx.HTTPError:
             status = "502"
             self.metrics.backend_errors.labels(kind="read").inc()
@@ -339,9 +423,68 @@ class ProxyApp:
             raise
         finally:
             await upstream.aclose()
-            self.metrics.observe_proxy_tokens(usage_tokens if usage_tokens is not None else events)
+            self.metrics.observe_proxy_tokens(counter.tokens())
             self.metrics.requests.labels(endpoint=endpoint, status=status).inc()
             self.metrics.latency.labels(endpoint=endpoint).observe(time.monotonic() - t0)
+
+
+def _relayed(header: str) -> bool:
+    name = header.lower()
+    return name not in NOT_RELAYED and not name.startswith(NOT_RELAYED_PREFIXES)
+
+
+def _token_count(value: Any) -> int | None:
+    """A token count a backend reported, or None when it is not a plausible one
+    (not an integer, negative, or past ``MAX_REPORTED_TOKENS``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if 0 <= value <= MAX_REPORTED_TOKENS else None
+    return None
+
+
+def _answer_tokens(content: bytes) -> tuple[int, int] | None:
+    """(completion, prompt) tokens of a non-streamed answer's ``usage``, or None
+    when it has no plausible one (the answer is still relayed as it is)."""
+    try:
+        data = load_json(content)
+    except JSONError:
+        return None
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    completion = _token_count(usage.get("completion_tokens"))
+    prompt = _token_count(usage.get("prompt_tokens", 0))
+    return None if completion is None else (completion, prompt or 0)
+
+
+class _EventCounter:
+    """Counts the tokens of a stream from its lines as they arrive: one per
+    content event, or the last ``usage.completion_tokens`` reported. Holds at most
+    one line of ``MAX_EVENT_BYTES``; a longer one is skipped."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.usage: int | None = None
+        self._line = bytearray()
+        self._overlong = False
+
+    def feed(self, chunk: bytes) -> None:
+        *ended, rest = chunk.split(b"\n")
+        for piece in ended:
+            if not self._overlong and len(self._line) + len(piece) <= MAX_EVENT_BYTES:
+                self._line += piece
+                n, usage = _event_tokens(bytes(self._line))
+                self.events += n
+                self.usage = usage if usage is not None else self.usage
+            self._line.clear()
+            self._overlong = False
+        if not self._overlong:
+            self._line += rest
+            if len(self._line) > MAX_EVENT_BYTES:
+                self._line.clear()
+                self._overlong = True
+
+    def tokens(self) -> int:
+        return self.usage if self.usage is not None else self.events
 
 
 def _event_tokens(line: bytes) -> tuple[int, int | None]:
@@ -349,20 +492,20 @@ def _event_tokens(line: bytes) -> tuple[int, int | None]:
     if not line.startswith(b"data:") or line[5:].strip() in (b"", b"[DONE]"):
         return 0, None
     try:
-        event = json.loads(line[5:])
-    except ValueError:
+        event = load_json(line[5:])
+    except JSONError:
         return 0, None
     if not isinstance(event, dict):
         return 0, None
     n = 0
-    for choice in event.get("choices") or []:
+    choices = event.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
         if isinstance(choice, dict):
             delta = choice.get("delta")
             text = choice.get("text") or (delta.get("content") if isinstance(delta, dict) else None)
             n += bool(text)
     usage = event.get("usage")
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    return n, tokens if isinstance(tokens, int) else None
+    return n, _token_count(usage.get("completion_tokens")) if isinstance(usage, dict) else None
 
 
 def create_proxy_app(
@@ -371,6 +514,8 @@ def create_proxy_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
     read_timeout: float = 600.0,
+    max_answer_bytes: int = MAX_ANSWER_BYTES,
+    answer_timeout: float = ANSWER_TIMEOUT_S,
     relay_authorization: bool = True,
     backend_api_key: str | None = None,
 ) -> Starlette:
@@ -385,6 +530,8 @@ def create_proxy_app(
         max_body_bytes=max_body_bytes,
         body_timeout=body_timeout,
         read_timeout=read_timeout,
+        max_answer_bytes=max_answer_bytes,
+        answer_timeout=answer_timeout,
         relay_authorization=relay_authorization,
         backend_api_key=backend_api_key,
     )

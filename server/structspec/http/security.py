@@ -9,7 +9,10 @@ work. In this order:
    ``[::1]``, any port). A web page that rebinds its own DNS name to
    127.0.0.1 (DNS rebinding) sends its own name as ``Host`` and gets 403.
 2. **API key** (when one is set): ``Authorization: Bearer KEY``, as
-   llama-server and vLLM take it, compared in constant time. Missing or wrong:
+   llama-server and vLLM take it, compared in constant time as the bytes that
+   came on the wire. The key is printable ASCII (``check_api_key``): clients
+   send header values as ASCII or Latin-1 bytes, so a key with any other
+   character could never match, and one with a space would split. Missing or wrong:
    401 with ``WWW-Authenticate: Bearer``. ``GET /health`` stays open so load
    balancers and ``structspec detect`` can probe without the key.
 3. **Content-Type** on ``POST``/``PUT``/``PATCH``: must be
@@ -61,14 +64,37 @@ def host_header_name(value: str) -> str:
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
+def check_api_key(key: str) -> str | None:
+    """Why ``key`` cannot be an API key, or None when it can: it must be printable
+    ASCII without spaces (what a client can send in a header and ``Bearer KEY``
+    can carry)."""
+    if not key:
+        return "is empty"
+    if not all("!" <= c <= "~" for c in key):
+        return (
+            "must be printable ASCII without spaces: HTTP clients send header values as "
+            "ASCII or Latin-1 bytes, so a key with any other character could never match"
+        )
+    return None
+
+
 def bearer_matches(authorization: str | None, key: str) -> bool:
-    """``Authorization: Bearer <key>``, compared in constant time."""
+    """``Authorization: Bearer <key>``, compared in constant time as bytes.
+
+    ``authorization`` is the header as ASGI gives it, decoded as Latin-1, so
+    encoding it back gives the bytes that came on the wire; ``key`` is ASCII
+    (``check_api_key``).
+    """
     if not authorization:
         return False
     scheme, _, token = authorization.strip().partition(" ")
     if scheme.lower() != "bearer":
         return False
-    return hmac.compare_digest(token.strip().encode("utf-8"), key.encode("utf-8"))
+    try:
+        presented = token.strip().encode("latin-1")
+    except UnicodeEncodeError:  # not from the wire: cannot be an ASCII key
+        return False
+    return hmac.compare_digest(presented, key.encode("ascii"))
 
 
 def _error(status: int, message: str, code: str) -> tuple[int, bytes]:
@@ -81,8 +107,8 @@ class Guard:
     """ASGI middleware applying the checks of the module docstring."""
 
     def __init__(self, app: ASGIApp, *, api_key: str | None, loopback_only: bool) -> None:
-        if api_key is not None and not api_key:
-            raise ValueError("the API key must not be empty")
+        if api_key is not None and (why := check_api_key(api_key)) is not None:
+            raise ValueError(f"the API key {why}")
         self.app = app
         self.api_key = api_key
         self.loopback_only = loopback_only

@@ -1,9 +1,8 @@
 """The structspec language server (``structspec-lsp``): inline completion over LSP.
 
-``build_server`` wires pygls handlers to ``structspec.completion.CompletionService``;
-``structspec.lsp.__main__`` is the command line.
+``structspec.lsp.server.build_server`` wires pygls handlers to
+``structspec.completion.CompletionService``; ``structspec.lsp.__main__`` is the
+command line. This package module imports nothing, so that no module of the
+package reaches ``server`` through it (``protocol`` and ``pygls_compat`` sit
+below ``server``).
 """
-
-from structspec.lsp.server import StructspecServer, build_server
-
-__all__ = ["StructspecServer", "build_server"]

@@ -1,8 +1,8 @@
 """``structspec-lsp``: run the language server over stdio (default) or TCP.
 
 Settings come from the config file and ``STRUCTSPEC_*`` environment variables
-(see ``structspec.config``), then from the client; ``--model`` and
-``--threads`` given here win over the client.
+(see ``structspec.config``), then from the client; ``--model``,
+``--threads`` and ``--backend`` given here win over the client.
 
 ``--tcp HOST:PORT`` serves one client at a time (see ``structspec.lsp.transport``)
 and refuses a HOST that is not a loopback address unless ``--allow-remote`` is
@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="GGUF file (default: the embedded default model; 'standin' for tests)",
     )
     parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for the model")
+    parser.add_argument(
+        "--backend",
+        metavar="URL",
+        help="complete through a remote engine instead of a local model: a llama-server, "
+        "OpenAI-compatible (vLLM, LM Studio, structspec serve) or Ollama URL, or auto "
+        "(the first server `structspec detect` finds here)",
+    )
     parser.add_argument("--log-file", metavar="PATH", help="write the server log here")
     parser.add_argument("--version", action="version", version=f"structspec-lsp {__version__}")
     return parser
@@ -123,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
     from structspec.lsp.server import build_server
     from structspec.lsp.transport import serve_stdio, serve_tcp
 
-    flags = {"model": args.model, "threads": args.threads}
+    flags = {"model": args.model, "threads": args.threads, "backend": args.backend}
     loaded = load_settings(flags)
     for error in loaded.errors:
         log.warning("%s", error)

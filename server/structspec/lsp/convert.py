@@ -3,8 +3,14 @@
 Inline items replace the rest of the cursor's line when it is not blank
 (``insertText`` = suggestion + rest of line): editors then draw the ghost text
 between the cursor and the existing text, and accepting it leaves that text in
-place. Completion items replace the identifier before the cursor, so that
-clients which filter a menu by the typed word keep the item.
+place. (Neovim draws an item with a range over the line from the range's
+start: an empty range mid-line would hide the rest of the line under the
+ghost text.) A rest of line longer than ``MAX_REPLACED_SUFFIX`` characters (a
+minified file) is not carried: the item inserts at the cursor (an empty
+range), so that an answer is the size of the suggestion, not of the line.
+
+Completion items replace the identifier before the cursor, so that clients
+which filter a menu by the typed word keep the item.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ STATUS_NOTIFICATION = "structspec/status"
 #: Client -> server: the cursor moved (``{textDocument: {uri}, position}``), for pre-warm.
 CURSOR_NOTIFICATION = "structspec/didMoveCursor"
 _LABEL_CHARS = 80
+#: The longest rest of the line an inline item replaces (and so carries).
+MAX_REPLACED_SUFFIX = 1024
 
 
 def accept_command(suggestion: Suggestion) -> types.Command:
@@ -32,7 +40,7 @@ def accept_command(suggestion: Suggestion) -> types.Command:
 
 def inline_completion(suggestion: Suggestion) -> types.InlineCompletionList:
     start = types.Position(line=suggestion.line, character=suggestion.character)
-    if suggestion.line_suffix.strip():
+    if suggestion.line_suffix.strip() and len(suggestion.line_suffix) <= MAX_REPLACED_SUFFIX:
         end = types.Position(line=suggestion.line, character=suggestion.line_end_character)
         insert = suggestion.text + suggestion.line_suffix
     else:

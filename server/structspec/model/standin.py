@@ -17,6 +17,7 @@ agree bit for bit, which is what the tests assert.
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -30,6 +31,7 @@ from structspec.model.base import (
     TokenCheck,
     common_prefix_len,
 )
+from structspec.model.prefix_cache import RESTORE_MIN, PrefixCache
 
 DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz_():.,=+-*[]{}'\" \n0123456789"
 BOS = 0
@@ -72,6 +74,10 @@ class StandInModel:
         self._interrupt: Interrupt | None = None  # set inside interrupted_by
         self.rows_evaluated = 0
         self.verify_calls = 0
+        #: Prompt tokens ``prefill`` evaluated (not reused, not restored).
+        self.prefilled_tokens = 0
+        #: Evaluated prefixes on disk (``runtime.open_model`` attaches it), or ``None``.
+        self.prefix_cache: PrefixCache | None = None
 
     # -- tokenizer ---------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
@@ -135,8 +141,15 @@ class StandInModel:
         if len(tokens) > self.n_ctx:
             raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
         reused = common_prefix_len(self._cache, tokens)
+        cache = self.prefix_cache
+        if cache is not None and len(tokens) - reused >= RESTORE_MIN:
+            self.truncate(cache.restore(self, tokens, reused))
+            reused = common_prefix_len(self._cache, tokens)
         self._check_interrupt(len(tokens) - reused)
+        self.prefilled_tokens += len(tokens) - reused
         self._cache = list(tokens)
+        if cache is not None:
+            cache.save_held(self, self._cache)
         return reused
 
     def verify(self, tokens: Sequence[int]) -> Rows:
@@ -162,6 +175,20 @@ class StandInModel:
 
     def truncate(self, n: int) -> None:
         del self._cache[max(0, n) :]
+
+    # -- the prefix cache's state: the stand-in's "KV cache" is its tokens --
+    def identity(self) -> str:
+        """What a saved state must match: the stand-in's weights and vocabulary."""
+        return f"{self.name}|{self.alphabet!r}|{self.pieces!r}|{self._fim}|{self.n_ctx}"
+
+    def state_bytes(self) -> bytes | None:
+        return struct.pack(f"<{len(self._cache)}I", *self._cache)
+
+    def load_state(self, tokens: Sequence[int], data: bytes) -> bool:
+        if data != struct.pack(f"<{len(tokens)}I", *tokens) or len(tokens) > self.n_ctx:
+            return False
+        self._cache = list(tokens)
+        return True
 
     def teacher_forced(self, prompt: Sequence[int], output: Sequence[int]) -> list[TokenCheck]:
         seq = list(prompt)

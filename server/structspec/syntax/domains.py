@@ -7,7 +7,6 @@ the file name or extension, a ``#!`` line, and the text itself (the
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 
@@ -23,6 +22,47 @@ _SHEBANG = re.compile(r"\A#!\s*(?:/usr/bin/env\s+)?(?:\S*/)?([\w.+-]+)")
 _SNIFF_CHARS = 8192
 
 
+#: One JSON token (a string may not span lines), or whitespace.
+_JSON_TOKEN = re.compile(
+    r'\s+|"(?:[^"\\\n]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null|[\[\]{}:,]'
+)
+#: What a text cut short (by typing or the sniffing limit) may end with: the start of a
+#: string or of a literal.
+_JSON_CUT = re.compile(
+    r'"(?:[^"\\\n]|\\.)*\\?\Z|t(?:r(?:ue?)?)?\Z|f(?:a(?:l(?:se?)?)?)?\Z|n(?:u(?:ll?)?)?\Z'
+)
+_CLOSING = {"]": "[", "}": "{"}
+
+
+def _json_prefix(head: str) -> bool:
+    """Whether ``head`` reads as the start of a JSON value (maybe cut short, as while typing).
+
+    Tokens and bracket nesting are checked, in one pass over at most
+    ``_SNIFF_CHARS`` characters and without recursion: a document of 200,000
+    ``[`` is no deeper for this than one of three. The grammar between tokens
+    is not checked; sniffing needs a strong hint, not a parser.
+    """
+    stripped = head.lstrip()
+    if stripped[:1] not in ("{", "["):
+        return False
+    open_brackets: list[str] = []
+    pos = len(head) - len(stripped)
+    while pos < len(head):
+        m = _JSON_TOKEN.match(head, pos)
+        if m is None:
+            return _JSON_CUT.match(head, pos) is not None
+        token = m.group()
+        if token in ("[", "{"):
+            open_brackets.append(token)
+        elif token in _CLOSING:
+            if not open_brackets or open_brackets.pop() != _CLOSING[token]:
+                return False
+            if not open_brackets and head[m.end() :].strip():
+                return False  # something after the value: not one JSON document
+        pos = m.end()
+    return True
+
+
 def _sniff(table: LanguageTable, text: str) -> LanguageSpec | None:
     head = text[:_SNIFF_CHARS]
     m = _SHEBANG.match(head)
@@ -31,13 +71,8 @@ def _sniff(table: LanguageTable, text: str) -> LanguageSpec | None:
         for lang in table.languages.values():
             if interp in lang.shebangs or m.group(1) in lang.shebangs:
                 return lang
-    stripped = head.lstrip()
-    if stripped[:1] in ("{", "[") and "json" in table.languages:
-        try:
-            json.loads(text)
-            return table.languages["json"]
-        except ValueError:
-            pass  # may still be JSON cut short: the patterns below decide
+    if "json" in table.languages and _json_prefix(head):
+        return table.languages["json"]
     best: LanguageSpec | None = None
     best_score = 0
     for lang in table.languages.values():

@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from structspec.drafts.registry import SOURCE_NAMES
+from structspec.sources import SOURCE_NAMES
 
 
 class GrammarTableError(ValueError):

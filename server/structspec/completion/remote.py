@@ -1,0 +1,271 @@
+"""One completion through a remote engine (the ``backend`` setting), on the worker thread.
+
+The counterpart of ``generate.run_completion`` when the model lives on a
+server (``backends.client``): the same inputs and the same ``Outcome``, the
+same editor policy around a different source of text.
+
+- The prompt is text: the document before the cursor within ``window_tokens``
+  (about ``CHARS_PER_TOKEN`` characters each), its start on a grid of a
+  quarter window and then at a line start, so that it stays the same while
+  the user types and the server's prompt cache (``cache_prompt``) reuses it;
+  the text after the cursor up to ``FIM_SUFFIX_TOKENS``; with
+  ``project_context``, the other open documents as ``/infill``'s
+  ``input_extra``.
+- The stream is cut by the same rules as a local generation: the single-line
+  or block mode (a block answers with its first line), a loop
+  (``suggest.loop_start``), and the budgets: no text by ``max_latency_ms``
+  after the keystroke ends the request, and once the server has written for
+  ``max_generation_ms`` the word being written is finished and the suggestion
+  ends there. A server that writes on past twice that budget, or stops
+  writing, is cut without the unfinished word. Every cut closes the HTTP
+  stream, and so does cancellation (a new keystroke), within
+  ``backends.client.POLL_S``.
+- Token healing (``token_healing``): a server cannot be told to continue a
+  partial word (``ret|``) the way the local engine constrains its first
+  tokens, and a model asked to continue after ``ret`` often writes badly. So
+  the prompt backs up over the partial word and only a completion that writes
+  that word first is kept, without it: the model chooses the whole word from
+  its start, and one that writes another word gives no suggestion.
+- Clean-up is ``suggest.clean``; typing through the suggestion on screen
+  needs no request (the service's pending suggestion). There is no
+  pre-generation: the outcome has no token continuation.
+
+``RemoteCompleter`` holds the client of one ``backend`` setting and tells the
+user about it once: its name and notes (a protocol fallback) through
+``on_loaded``, a failure through ``on_failed`` (again only when it changes),
+and ``on_loaded`` once it works again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from structspec.backends.client import (
+    BackendError,
+    BackendUnreachable,
+    RemoteBackend,
+    RemoteRequest,
+)
+from structspec.completion.generate import CompletionInput, Outcome, first_line_done, word_end
+from structspec.completion.prompt import CONTEXT_TOKENS, FIM_SUFFIX_TOKENS, file_name
+from structspec.completion.suggest import BLOCK, LINE, clean, cut_block, loop_start
+from structspec.config import Settings
+from structspec.engine.stats import GenerationStats
+
+log = logging.getLogger(__name__)
+
+#: Characters per token for windows measured in tokens (no tokenizer here).
+CHARS_PER_TOKEN = 4
+#: A stream that goes on this many times ``max_generation_ms`` is cut.
+HARD_CUT_FACTOR = 2.0
+#: Requests in a row without text by ``max_latency_ms`` before the user is told.
+SILENT_REQUESTS = 3
+#: Other documents sent as project context, most recently used first.
+CONTEXT_DOCUMENTS = 4
+
+RemoteKey = tuple[str, ...]
+
+
+def remote_key(settings: Settings) -> RemoteKey:
+    """Every setting that changes the remote client; ``()`` without a backend."""
+    if not settings.backend:
+        return ()
+    return (
+        settings.backend,
+        settings.backend_api_key,
+        settings.backend_model,
+        settings.fim_template,
+    )
+
+
+def text_window(text: str, offset: int, settings: Settings) -> tuple[str, str]:
+    """The prefix and suffix sent for a cursor at ``offset`` (see the module docstring)."""
+    chars = (settings.window_tokens or settings.context_size) * CHARS_PER_TOKEN
+    start = 0
+    if offset > chars:
+        step = max(1, chars // 4)
+        start = -(-(offset - chars) // step) * step  # rounded up: at most ``chars`` long
+        newline = text.find("\n", start, offset)
+        start = newline + 1 if newline >= 0 else start
+    end = min(len(text), offset + FIM_SUFFIX_TOKENS * CHARS_PER_TOKEN)
+    if end < len(text):
+        newline = text.rfind("\n", offset, end)
+        end = newline + 1 if newline >= 0 else end
+    return text[start:offset], text[offset:end]
+
+
+def healed_word(job: CompletionInput) -> str:
+    """The partial word at the cursor the prompt backs up over (``""``: none, or healing off)."""
+    return job.cursor.word_prefix if job.settings.token_healing else ""
+
+
+def request_for(job: CompletionInput) -> tuple[RemoteRequest, str]:
+    """The job as a remote request, and the partial word its prompt backed up over."""
+    settings = job.settings
+    prefix, suffix = text_window(job.text, job.offset, settings)
+    heal = healed_word(job)
+    if heal and prefix.endswith(heal):
+        prefix = prefix[: -len(heal)]
+    else:
+        heal = ""
+    extra: tuple[tuple[str, str], ...] = ()
+    if settings.project_context:
+        limit = CONTEXT_TOKENS * CHARS_PER_TOKEN
+        others = job.others[:CONTEXT_DOCUMENTS]
+        extra = tuple((file_name(o.uri), o.text[:limit]) for o in others)
+    stop = ("\n",) if job.cursor.mode == LINE else ()
+    return RemoteRequest(prefix, suffix, settings.max_tokens, stop, job.uri, extra), heal
+
+
+class RemoteCompleter:
+    """The remote engine of one ``backend`` setting (worker thread only)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        on_loaded: Callable[[str, list[str]], None],
+        on_failed: Callable[[str], None],
+        url: str = "",
+    ) -> None:
+        """``url``: the server's URL when ``settings.backend`` does not say it (``auto``)."""
+        self.key = remote_key(settings)
+        self.backend = RemoteBackend(
+            url or settings.backend,
+            api_key=settings.backend_api_key,
+            model=settings.backend_model,
+            fim_template=settings.fim_template,
+        )
+        self._on_loaded = on_loaded
+        self._on_failed = on_failed
+        self._failure: str | None = None
+        self._name = ""
+        self._silent = 0  # requests in a row the latency budget cut before any text
+        self._announce()
+
+    def _announce(self) -> None:
+        """Tell the service the backend's name (when it changed) and any new notes."""
+        notes = self.backend.take_notes()
+        if notes or self.backend.name != self._name:
+            self._name = self.backend.name
+            for note in notes:
+                log.info("%s", note)
+            self._on_loaded(self._name, notes)
+
+    def _report(self, exc: BackendError) -> None:
+        # An unreachable server's message changes with its back-off: one report per outage.
+        key = "unreachable" if isinstance(exc, BackendUnreachable) else str(exc)
+        if key != self._failure:
+            self._failure = key
+            log.warning("%s", exc)
+            self._on_failed(str(exc))
+
+    def complete(
+        self,
+        job: CompletionInput,
+        *,
+        cancelled: Callable[[], bool] = lambda: False,
+        progress: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> Outcome:
+        """One suggestion for ``job`` (``clock`` is the clock of ``job.t0``)."""
+        settings = job.settings
+        mode = job.cursor.mode
+        latency_deadline = job.t0 + settings.max_latency_ms / 1000.0
+        budget = settings.max_generation_ms / 1000.0
+        started = clock()
+        first: float | None = None
+        cut = ""
+
+        def stop() -> bool:
+            nonlocal cut
+            if cancelled():
+                return True
+            now = clock()
+            if first is None and now > latency_deadline:
+                cut = "latency"
+            elif first is not None and now > first + HARD_CUT_FACTOR * budget:
+                cut = "budget"
+            return bool(cut)
+
+        text, early, chunks, mark = "", False, 0, None
+        request, healing = request_for(job)  # healing: what of the word is still to come
+        stream = self.backend.stream(request, stop)
+        try:
+            for piece in stream:
+                if first is None:
+                    first = clock()
+                chunks += 1
+                if healing:
+                    written = min(len(healing), len(piece))
+                    if piece[:written] != healing[:written]:
+                        cut = "healing"  # another word than the one being typed
+                        break
+                    healing, piece = healing[written:], piece[written:]
+                    if not piece:
+                        continue
+                before = len(text)
+                text += piece
+                if progress is not None:
+                    progress(text)
+                loop = loop_start(text)
+                if loop is not None:  # the model is stuck in a loop: that line is dropped
+                    text, early = text[:loop], True
+                    break
+                if mode == LINE and "\n" in text:  # a server that ignored "stop"
+                    text, early = text[: text.index("\n")], True
+                    break
+                if mode == BLOCK:
+                    text, dedented = cut_block(text, job.cursor)
+                    line_end = first_line_done(text)
+                    if dedented or line_end is not None:
+                        text = text if line_end is None else text[:line_end]
+                        early = True
+                        break
+                if mark is None and clock() - first > budget:
+                    mark = before  # finish the word being written, then stop
+                if mark is not None and (end := word_end(text, mark)) is not None:
+                    text, early = text[:end], True
+                    break
+        except BackendError as exc:
+            self._report(exc)
+            return Outcome(cancelled=cancelled())
+        finally:
+            stream.close()  # type: ignore[attr-defined]
+        if self._failure is not None:  # it works again
+            self._failure = None
+            self._name = ""
+        self._announce()
+        self._count_silence(cut == "latency" and first is None, settings)
+        ended = clock()
+        stats = GenerationStats(
+            tokens=chunks,
+            passes=chunks,
+            prefill_ms=((first or ended) - started) * 1000.0,
+            decode_ms=(ended - (first or ended)) * 1000.0,
+            stop_reason="cancelled" if cancelled() else cut or ("cut" if early else "end"),
+        )
+        if cancelled():
+            return Outcome(stats=stats, cancelled=True)
+        if cut == "budget" and not early and mark is not None:
+            text = text[:mark]  # cut mid-word: without the unfinished word
+        if cut == "healing" or healing:
+            return Outcome(stats=stats)  # it did not write the word being typed
+        return Outcome(clean(text, job.cursor, mode) if text else None, stats)
+
+    def _count_silence(self, silent: bool, settings: Settings) -> None:
+        """Warn once when ``SILENT_REQUESTS`` requests in a row got no text in time."""
+        self._silent = self._silent + 1 if silent else 0
+        if self._silent == SILENT_REQUESTS:
+            message = (
+                f"structspec: the backend {self.backend.base} sent nothing within maxLatencyMs "
+                f"({settings.max_latency_ms} ms) for {SILENT_REQUESTS} requests in a row. Fix: "
+                "raise maxLatencyMs, or check the server (its load, its URL)"
+            )
+            log.warning("%s", message)
+            self._on_loaded(self._name, [message])
+
+    def close(self) -> None:
+        self.backend.close()

@@ -1,0 +1,353 @@
+"""A completion request on the event loop, from the keystroke to the suggestion.
+
+A request goes, first match wins:
+
+1. *shared*: the job in flight is for the same text and cursor (an editor
+   asking for inline and menu completion at once): wait for it;
+2. *adopted*: the edits since the job in flight was asked typed, at its
+   cursor, the start of what it has written (``jobs.Job.agrees``): wait for it
+   and type through its answer. A user who types faster than the model
+   answers, typing what the model is writing, sees each answer a pass after
+   it is done instead of never;
+3. *from the pending suggestion*: typing through the suggestion on screen, or
+   past it along what pre-generation wrote (``cache``), without the model;
+4. *a new job*: any other job for the document is cancelled (its request
+   answers ``None``); debounce (``debounce``), then the worker
+   (``worker.Worker.run``, ``generate.run_completion``), then the answer is
+   recorded as the document's pending suggestion and pre-generation starts.
+
+Every request first abandons background work and keeps what a stopped
+pre-generation wrote (``background``). A cancelled request stops its job,
+``jobs.ADOPT_GRACE_S`` after its last request left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+import posixpath
+import time
+from collections.abc import Callable
+
+from structspec.completion.background import Background
+from structspec.completion.cache import PendingSuggestion
+from structspec.completion.debounce import AdaptiveDebounce
+from structspec.completion.documents import Document, DocumentStore, index_to_column, uri_path
+from structspec.completion.generate import Outcome
+from structspec.completion.jobs import Job, JobMaker, Result, Session, edited, job_done, wait
+from structspec.completion.stats import AcceptanceStats
+from structspec.completion.status import StatusBoard
+from structspec.completion.suggest import CursorContext, continuation_answer
+from structspec.completion.types import CompletionRequest, Suggestion
+from structspec.completion.worker import Worker
+from structspec.config import Settings
+from structspec.engine.stats import GenerationStats
+
+log = logging.getLogger(__name__)
+
+
+class RequestFlow:
+    """Answers completion requests (see the module docstring); one per service."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        documents: DocumentStore,
+        sessions: dict[str, Session],
+        stats: AcceptanceStats,
+        debounce: AdaptiveDebounce,
+        status: StatusBoard,
+        background: Background,
+        settings: Callable[[], Settings],
+        make_job: JobMaker,
+    ) -> None:
+        self._worker = worker
+        self._documents = documents
+        self._sessions = sessions
+        self._stats = stats
+        self._debounce = debounce
+        self._status = status
+        self._background = background
+        self._settings = settings
+        self._make_job = make_job
+        self._ids = itertools.count(1)
+
+    async def complete(self, request: CompletionRequest) -> Suggestion | None:
+        """A suggestion at the request's cursor, or ``None`` (``CompletionService.complete``)."""
+        t0 = time.perf_counter()
+        self._background.abandon()
+        await self._background.settle_pregeneration()
+        stats = self._stats
+        stats.requests += 1
+        doc = self._documents.get(request.uri)
+        settings = self._settings()
+        if doc is None or self._worker.closed:
+            stats.empty += 1
+            return None
+        if settings.languages and doc.language not in settings.languages:
+            stats.empty += 1
+            return None
+        session = self._sessions.setdefault(request.uri, Session())
+        text = doc.text
+        offset = doc.offset_at(request.line, request.character, self._documents.encoding)
+        ctx = CursorContext.at(text, offset)
+
+        job, task = session.job, session.task
+        shared = (
+            job is not None
+            and task is not None
+            and not job.cancelled()
+            and job.input.text is text
+            and job.input.offset == offset
+        )
+        if not shared:
+            if (
+                job is not None
+                and task is not None
+                and job.input.settings is settings
+                and job.agrees(text, offset)
+            ):
+                served, suggestion = await self._adopt(
+                    session, job, task, doc, text, offset, ctx, t0
+                )
+                if served:
+                    return suggestion
+                if edited(doc, text):  # again, meanwhile: a newer request answers
+                    stats.empty += 1
+                    return None
+                job = session.job
+            if job is not None:
+                job.cancel()
+                session.job = session.task = None
+            if session.pending is not None:
+                served, suggestion = self._from_pending(session, doc, text, offset, ctx, t0)
+                if served:
+                    return suggestion
+            job = self._make_job(session, request.uri, text, offset, settings, t0, ctx)
+            task = asyncio.ensure_future(self._execute(job, request.invoked))
+            task.add_done_callback(functools.partial(job_done, job))
+            session.job, session.task = job, task
+        assert job is not None and task is not None
+        return await self._answer(request, job, task, doc, text, offset, ctx, t0)
+
+    async def _answer(
+        self,
+        request: CompletionRequest,
+        job: Job,
+        task: asyncio.Future[Result],
+        doc: Document,
+        text: str,
+        offset: int,
+        ctx: CursorContext,
+        t0: float,
+    ) -> Suggestion | None:
+        """Wait for the request's job and make its outcome the request's suggestion."""
+        result = await wait(job, task, self._stats)
+        outcome = result.outcome
+        latency = (time.perf_counter() - t0) * 1000.0
+        if outcome.text is None or result.id is None or job.cancelled() or edited(doc, text):
+            self._stats.empty += 1
+            if outcome.unfinished:
+                _log_unfinished(request, latency)
+            else:
+                _log_answer(request, latency, outcome.stats, "no suggestion")
+            return None
+        self._stats.record_latency(latency)
+        _log_answer(request, latency, outcome.stats, "answer")
+        self._background.schedule_pregeneration(request.uri)  # the job is done: the worker is free
+        return self._suggestion(
+            result.id, doc, text, offset, ctx, outcome.text, "model", latency, outcome.stats
+        )
+
+    async def _adopt(
+        self,
+        session: Session,
+        job: Job,
+        task: asyncio.Future[Result],
+        doc: Document,
+        text: str,
+        offset: int,
+        ctx: CursorContext,
+        t0: float,
+    ) -> tuple[bool, Suggestion | None]:
+        """Wait for ``job`` (the edits since agree with it), then type through its answer.
+
+        Returns ``(served, suggestion)`` as ``_from_pending`` does; not served
+        when it answered nothing, or what it answered no longer agrees.
+        """
+        result = await wait(job, task, self._stats)
+        pending = session.pending
+        if edited(doc, text) or pending is None or result.id is None or pending.id != result.id:
+            return False, None
+        served, answer = self._from_pending(session, doc, text, offset, ctx, t0)
+        if served:
+            self._stats.served_from_generation_in_flight += 1
+            if answer is not None and not self._stats.is_shown(answer.id):
+                # Its own request was cancelled before it came: this is its first showing.
+                self._stats.record_shown(answer.id, len(pending.text))
+            self._background.schedule_pregeneration(doc.uri)
+        return served, answer
+
+    def _from_pending(
+        self,
+        session: Session,
+        doc: Document,
+        text: str,
+        offset: int,
+        ctx: CursorContext,
+        t0: float,
+    ) -> tuple[bool, Suggestion | None]:
+        """Answer from the suggestion on screen or what pre-generation wrote, without the model.
+
+        Returns ``(served, suggestion)``; when not served the pending entry is dropped.
+        """
+        pending = session.pending
+        assert pending is not None
+        rest = pending.rest_at(text, offset)
+        follow = pending.continuation_at(text, offset) if rest is None else None
+        cont = pending.continuation
+        ready, shown = (
+            (False, None)
+            if follow is None or cont is None
+            else continuation_answer(follow, cont.ended, ctx)
+        )
+        if rest is None and not ready:
+            session.pending = None
+            return False, None
+        self._stats.served_from_cache += 1
+        latency = (time.perf_counter() - t0) * 1000.0
+        self._stats.record_latency(latency)
+        if rest is not None:  # typing through the suggestion on screen
+            return True, self._suggestion(
+                pending.id, doc, text, offset, ctx, rest, "cache", latency, None
+            )
+        # Past it, along what the model wrote: a new suggestion, or the model's "nothing".
+        follow = follow or ""
+        assert cont is not None
+        self._stats.served_from_pregeneration += 1
+        suggestion_id = f"s{next(self._ids)}" if shown is not None else ""
+        here = cont.after(len(cont.text) - len(follow))
+        session.pending = PendingSuggestion.at(suggestion_id, text, offset, shown or "", here)
+        self._background.schedule_pregeneration(doc.uri)
+        if shown is None:
+            self._stats.empty += 1
+            return True, None
+        self._stats.record_shown(suggestion_id, len(shown))
+        return True, self._suggestion(
+            suggestion_id, doc, text, offset, ctx, shown, "cache", latency, None
+        )
+
+    async def _execute(self, job: Job, invoked: bool) -> Result:
+        """Debounce, generate in the worker, and record the outcome (once per job)."""
+        wait_ms = 0.0 if invoked else self._debounce.wait_ms(job.input.settings.debounce_ms)
+        if wait_ms > 0:
+            await asyncio.sleep(wait_ms / 1000.0)
+            if job.cancelled():
+                return Result(Outcome(cancelled=True))
+        result = Result(await self._submit(job))
+        outcome = result.outcome
+        if outcome.stats is not None and not outcome.cancelled:
+            self._debounce.model_answered(outcome.stats.seconds * 1000.0)
+        job.session.remember(outcome.generated)
+        if outcome.stats is not None and not outcome.cancelled:
+            st = outcome.stats
+            self._stats.record_generation(st.tokens, st.seconds, st.prefill_ms, st.decode_ms)
+            self._stats.record_sources(st.by_source())
+        if outcome.text is not None and not job.cancelled():
+            result.id = f"s{next(self._ids)}"
+            if job.waiters > 0:  # else nobody is shown it (it stays pending, see job_done)
+                self._stats.record_shown(result.id, len(outcome.text))
+            job.session.pending = PendingSuggestion.at(
+                result.id, job.input.text, job.input.offset, outcome.text, outcome.continuation
+            )
+        elif outcome.unfinished and not job.cancelled():
+            # finish that prefill when idle
+            self._background.schedule_prewarm(job.input.uri, job.input.offset)
+        self._status.emit()
+        return result
+
+    async def _submit(self, job: Job) -> Outcome:
+        self._background.abandon()  # a pre-warm queued meanwhile must not delay a request
+        future = self._worker.submit(self._worker.run, job)
+        if future is None:  # shut down
+            return Outcome(cancelled=True)
+        self._status.request_started()
+        try:
+            return await asyncio.wrap_future(future)
+        finally:
+            self._status.request_ended()
+
+    def _suggestion(
+        self,
+        suggestion_id: str,
+        doc: Document,
+        text: str,
+        offset: int,
+        ctx: CursorContext,
+        suggestion: str,
+        source: str,
+        latency: float,
+        stats: GenerationStats | None,
+    ) -> Suggestion:
+        # Positions are computed on the text the request saw, not a later edit
+        # (the document itself while unchanged: its line index is cached).
+        view = doc if doc.text is text else Document(doc.uri, doc.language, doc.version, text)
+        enc = self._documents.encoding
+        line, character = view.position_at(offset, enc)
+        line_start, line_end = view.line_bounds(line)
+        line_text = text[line_start:line_end]
+        word = ctx.word_prefix
+        return Suggestion(
+            id=suggestion_id,
+            uri=doc.uri,
+            text=suggestion,
+            line=line,
+            character=character,
+            line_end_character=index_to_column(line_text, len(line_text), enc),
+            line_suffix=ctx.line_suffix,
+            word_prefix=word,
+            word_start_character=index_to_column(line_text, offset - line_start - len(word), enc),
+            mode=ctx.mode,
+            source=source,
+            latency_ms=latency,
+            stats=stats,
+        )
+
+
+def _where(request: CompletionRequest) -> str:
+    """``file.py:line:character`` of a request, for the log (the line 1-based)."""
+    return f"{posixpath.basename(uri_path(request.uri))}:{request.line + 1}:{request.character}"
+
+
+def _log_unfinished(request: CompletionRequest, ms: float) -> None:
+    """A request whose prompt evaluation ran out of ``maxLatencyMs``: it answered nothing."""
+    log.info(
+        "no suggestion at %s in %.0f ms: the prompt's evaluation ran past maxLatencyMs "
+        "(what was evaluated stays cached; the next request or a pause continues it)",
+        _where(request),
+        ms,
+    )
+
+
+def _log_answer(
+    request: CompletionRequest, ms: float, stats: GenerationStats | None, what: str
+) -> None:
+    """One log line per request the model worked on: where its time went (prefill or decode)."""
+    if stats is None or not log.isEnabledFor(logging.INFO):
+        return
+    log.info(
+        "%s at %s in %.0f ms: prompt %d tokens (%d evaluated in %.0f ms), "
+        "%d tokens in %.0f ms (%d passes), stop: %s",
+        what,
+        _where(request),
+        ms,
+        stats.prompt_tokens,
+        stats.prompt_tokens - stats.reused_tokens,
+        stats.prefill_ms,
+        stats.tokens,
+        stats.decode_ms,
+        stats.passes,
+        stats.stop_reason or "-",
+    )

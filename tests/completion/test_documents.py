@@ -1,0 +1,75 @@
+"""The document store: many edits in one ``didChange`` give the text one-by-one edits give."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from structspec.completion import documents
+from structspec.completion.documents import ENCODINGS, DocumentStore, Range, TextChange
+
+#: Text with every LSP line break, a lone ``\r`` next to a ``\n`` to be, and non-ASCII.
+_CHARS = st.sampled_from(list("ab \t\r\n") + ["\r\n", "é", "😀"])
+_TEXT = st.lists(_CHARS, max_size=40).map("".join)
+_EDIT = st.one_of(
+    st.builds(
+        lambda a, b, c, d, text: TextChange(text, Range(a, b, c, d)),
+        *(st.integers(-1, 8) for _ in range(4)),
+        _TEXT,
+    ),
+    _TEXT.map(TextChange),  # a whole-text change in the middle of the batch
+)
+
+
+def _one_by_one(text: str, changes: list[TextChange], encoding: str) -> tuple[str, int | None]:
+    store = DocumentStore(encoding)
+    store.open("u", "python", 1, text)
+    doc = store.get("u")
+    assert doc is not None
+    for change in changes:  # one change per didChange: the text path
+        store.change("u", 2, [change])
+    return doc.text, doc.edited_at
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    _TEXT,
+    st.lists(_EDIT, min_size=documents._EDITS_ONE_BY_ONE + 1, max_size=20),
+    st.sampled_from(ENCODINGS),
+)
+def test_a_batch_of_edits_gives_the_text_and_cursor_of_one_by_one(text, changes, encoding):
+    store = DocumentStore(encoding)
+    store.open("u", "python", 1, text)
+    doc = store.change("u", 2, changes)
+    expected_text, expected_at = _one_by_one(text, changes, encoding)
+    assert doc.text == expected_text
+    assert doc.edited_at == expected_at
+    fresh = documents.Document("u", "python", 2, doc.text)
+    assert doc.line_starts() == fresh.line_starts()
+
+
+def test_thousands_of_edits_touch_only_their_lines():
+    """3,000 edits on 100,000 lines: each re-splits two lines, never the whole text."""
+    text = "".join(f"value_{i} = compute(value_{i // 2})\n" for i in range(100_000))
+    store = DocumentStore()
+    store.open("u", "python", 1, text)
+    changes = [
+        TextChange("renamed", Range(line, 0, line, len("value"))) for line in range(0, 99_000, 33)
+    ]
+    calls = 0
+    split = documents._split_lines
+
+    def counting(t: str) -> list[str]:
+        nonlocal calls
+        calls += len(t)
+        return split(t)
+
+    documents._split_lines = counting
+    try:
+        doc = store.change("u", 2, changes)
+    finally:
+        documents._split_lines = split
+    assert doc.text.count("renamed_") == 3_000
+    assert doc.line_starts() == documents.Document("u", "", 2, doc.text).line_starts()
+    # One split of the whole text, then about two lines per edit.
+    assert calls < 2 * len(text), calls

@@ -1,0 +1,251 @@
+"""The on-disk prompt-prefix cache (``model/prefix_cache.py``).
+
+Exactness on the stand-in: a restored prefix gives the same tokens as an
+evaluated one and spares its evaluation. The folder is hostile ground: damaged,
+foreign, oversized and non-regular entries are ignored (and removed where they
+are this model's), a write that fails leaves nothing behind, and the size cap
+evicts the least recently used entries. On the real model, a restored state
+continues exactly as the evaluated one it was saved from.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from structspec.model import prefix_cache
+from structspec.model.prefix_cache import (
+    RESTORE_MIN,
+    SAVE_GAP,
+    PrefixCache,
+    cache_home,
+    default_cache_home,
+)
+from structspec.model.standin import StandInModel
+from structspec.runtime import open_model
+
+TEXT = "def add(a, b):\n    return a + b\n\n" * 40  # ~1,300 stand-in tokens
+
+
+def standin(folder, seed=0, **kwargs):
+    model = StandInModel(seed=seed)
+    model.prefix_cache = PrefixCache(folder, model.identity(), **kwargs)
+    return model
+
+
+def greedy(model, prompt, n=24):
+    """``n`` greedy tokens after ``prompt`` (one row per pass)."""
+    model.prefill(prompt[:-1])
+    out, pending = [], prompt[-1]
+    for _ in range(n):
+        pending = model.verify([pending]).argmax[0]
+        out.append(pending)
+    return out
+
+
+def test_a_restored_prefix_gives_the_tokens_an_evaluated_one_gives(tmp_path):
+    prompt = StandInModel().tokenize(TEXT)
+    first = standin(tmp_path)
+    first.prefill(prompt)
+    assert first.prefix_cache.saves == 1
+
+    restarted = standin(tmp_path)  # a new process: nothing in memory
+    assert greedy(restarted, prompt) == greedy(StandInModel(), prompt)
+    assert restarted.prefix_cache.hits == 1
+    assert restarted.prefilled_tokens == 0  # the whole prefix came from disk
+
+
+def test_a_longer_entry_serves_a_prompt_that_shares_its_start(tmp_path):
+    model = StandInModel()
+    window = model.tokenize(TEXT)
+    standin(tmp_path).prefill(window)  # a pre-warmed window
+    above = window[:600] + model.tokenize("x = 1\n", add_bos=False)  # a cursor above its end
+
+    restarted = standin(tmp_path)
+    restarted.prefill(above)
+    assert restarted.cached_tokens == above
+    assert restarted.prefilled_tokens == len(above) - 600
+    assert greedy(restarted, above) == greedy(StandInModel(), above)
+
+
+def test_short_prompts_are_neither_saved_nor_restored(tmp_path):
+    model = standin(tmp_path)
+    model.prefill(model.tokenize(TEXT)[: SAVE_GAP - 1])
+    assert model.prefix_cache.saves == 0
+    assert not list(tmp_path.glob("*.kv"))
+
+
+def test_a_save_comes_only_after_a_long_new_stretch(tmp_path):
+    model = standin(tmp_path)
+    prompt = model.tokenize(TEXT)
+    model.prefill(prompt[:400])
+    model.prefill(prompt[: 400 + SAVE_GAP - 1])  # little beyond what is saved
+    assert model.prefix_cache.saves == 1
+    model.prefill(prompt[: 400 + SAVE_GAP])
+    assert model.prefix_cache.saves == 2
+
+
+def test_a_damaged_entry_is_evaluated_instead_and_removed(tmp_path):
+    prompt = StandInModel().tokenize(TEXT)
+    standin(tmp_path).prefill(prompt)
+    (entry,) = tmp_path.glob("*.kv")
+    data = bytearray(entry.read_bytes())
+    data[-3] ^= 0xFF  # one flipped byte of the payload
+    entry.write_bytes(bytes(data))
+
+    restarted = standin(tmp_path)
+    assert greedy(restarted, prompt) == greedy(StandInModel(), prompt)
+    assert restarted.prefilled_tokens == len(prompt) - 1
+    assert restarted.prefix_cache.hits == 0
+    # removed, then saved again from the evaluation
+    assert restarted.prefix_cache.saves == 1
+    assert len(list(tmp_path.glob("*.kv"))) == 1
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b[:20],  # truncated in the header
+        lambda b: b"NOTACACHE" + b[9:],  # another file under an entry's name
+        lambda b: b[:-10],  # truncated payload
+        lambda b: b[:8] + (10**6).to_bytes(4, "little") + b[12:],  # a huge header length
+    ],
+)
+def test_damaged_files_never_break_a_prefill(tmp_path, damage):
+    prompt = StandInModel().tokenize(TEXT)
+    standin(tmp_path).prefill(prompt)
+    (entry,) = tmp_path.glob("*.kv")
+    entry.write_bytes(damage(entry.read_bytes()))
+    restarted = standin(tmp_path)
+    restarted.prefill(prompt)
+    assert restarted.cached_tokens == prompt
+    assert restarted.prefix_cache.hits == 0
+
+
+def test_another_models_entries_are_not_used_and_kept(tmp_path):
+    prompt = StandInModel().tokenize(TEXT)
+    standin(tmp_path, seed=1).prefill(prompt)  # another model, same tokens
+    model = standin(tmp_path, seed=0)
+    model.prefill(prompt)
+    assert model.prefix_cache.hits == 0
+    assert model.prefilled_tokens == len(prompt)
+    assert len(list(tmp_path.glob("*.kv"))) == 2  # each model's own entry
+
+
+def test_an_entry_the_model_refuses_is_removed(tmp_path):
+    prompt = StandInModel().tokenize(TEXT)
+    first = standin(tmp_path)
+    first.prefill(prompt)
+    (entry,) = tmp_path.glob("*.kv")
+    # A valid entry whose state does not belong to its tokens (the model's own
+    # check refuses it): evaluated instead, and the entry goes.
+    cache = PrefixCache(tmp_path, first.identity())
+    entry.unlink()
+    cache.save(prompt, b"\x00" * 16)
+    restarted = standin(tmp_path)
+    restarted.prefill(prompt)
+    assert restarted.cached_tokens == prompt
+    assert restarted.prefilled_tokens == len(prompt)
+    assert restarted.prefix_cache.saves == 1  # the evaluated state replaced it
+
+
+def test_a_failed_write_leaves_nothing_and_the_prefill_goes_on(tmp_path, monkeypatch):
+    def disk_full(*_args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(prefix_cache.os, "replace", disk_full)
+    model = standin(tmp_path)
+    prompt = model.tokenize(TEXT)
+    model.prefill(prompt)
+    assert model.cached_tokens == prompt
+    assert model.prefix_cache.saves == 0
+    assert list(tmp_path.iterdir()) == []  # no temporary file left
+
+
+def test_an_unusable_folder_is_skipped(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    model = standin(blocker / "prefix")
+    prompt = model.tokenize(TEXT)
+    model.prefill(prompt)
+    assert model.cached_tokens == prompt
+    assert model.prefix_cache.saves == 0
+
+
+def test_fifos_and_links_in_the_folder_are_ignored(tmp_path):
+    os.mkfifo(tmp_path / "a.kv")  # reading it would block forever
+    (tmp_path / "b.kv").symlink_to("/dev/zero")  # reading it would never end
+    model = standin(tmp_path)
+    prompt = model.tokenize(TEXT)
+    model.prefill(prompt)
+    assert model.cached_tokens == prompt
+    assert model.prefix_cache.saves == 1
+
+
+def test_the_size_cap_evicts_the_least_recently_used(tmp_path):
+    model = StandInModel()
+    prompts = [model.tokenize(f"# file {i}\n" + TEXT) for i in range(3)]
+    entry_bytes = len(TEXT) * 8 + 200  # tokens and payload of one entry, about
+    cache = PrefixCache(tmp_path, model.identity(), max_bytes=int(entry_bytes * 2.5))
+    model.prefix_cache = cache
+    model.prefill(prompts[0])
+    time.sleep(0.01)
+    model.prefill(prompts[1])
+    time.sleep(0.01)
+    model.prefill(prompts[2])
+    assert len(list(tmp_path.glob("*.kv"))) == 2
+    fresh = standin(tmp_path, max_bytes=int(entry_bytes * 2.5))
+    fresh.prefill(prompts[0])  # the oldest went
+    assert fresh.prefix_cache.hits == 0
+
+
+def test_the_folder_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("STRUCTSPEC_CACHE_DIR", str(tmp_path))
+    assert cache_home() == tmp_path
+    assert PrefixCache.in_cache_home("m").folder == tmp_path / "prefix"
+    monkeypatch.setenv("STRUCTSPEC_CACHE_DIR", "")
+    assert cache_home() is None
+    assert PrefixCache.in_cache_home("m") is None
+    monkeypatch.delenv("STRUCTSPEC_CACHE_DIR")
+    assert cache_home() == default_cache_home()
+
+
+def test_the_language_servers_model_has_the_cache_and_the_others_do_not(tmp_path, monkeypatch):
+    monkeypatch.setenv("STRUCTSPEC_CACHE_DIR", str(tmp_path))
+    assert open_model("standin", prefix_cache=True).prefix_cache.folder == tmp_path / "prefix"
+    assert open_model("standin").prefix_cache is None
+
+
+@pytest.mark.model
+def test_a_restored_state_continues_as_the_evaluated_one(tmp_path):
+    from structspec.model.llama import LlamaModel
+    from structspec.model.paths import default_model_path
+
+    path = default_model_path()
+    text = Path(prefix_cache.__file__).read_text(encoding="utf-8")
+    first = LlamaModel.load(path, n_ctx=2048, threads=2)
+    tokens = first.tokenize(text)[: SAVE_GAP + RESTORE_MIN + 200]
+    prompt, follow = tokens[:-4], tokens[-4:]
+    first.prefix_cache = PrefixCache(tmp_path, first.identity())
+    with first.threads_pinned(2):
+        first.prefill(prompt)
+        assert first.prefix_cache.saves == 1
+        expected = np.array(first.verify(follow).logits[:])
+    first.close()
+
+    restarted = LlamaModel.load(path, n_ctx=2048, threads=2)
+    restarted.prefix_cache = PrefixCache(tmp_path, restarted.identity())
+    with restarted.threads_pinned(2):
+        assert restarted.prefill(prompt) == len(prompt)  # all of it restored
+        got = np.array(restarted.verify(follow).logits[:])
+    assert restarted.prefix_cache.hits == 1
+    # The same KV state and the same pass: the same logits, up to the order of
+    # float additions.
+    scale = max(1.0, float(np.abs(expected).max()))
+    assert np.abs(got - expected).max() <= 1e-3 * scale
+    restarted.close()
