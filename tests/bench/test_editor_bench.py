@@ -1,4 +1,4 @@
-"""The editor benchmark: point planning, editor simulation, trace check, report (stand-in)."""
+"""The editor benchmark: the simulated user, the trace check, the report (stand-in)."""
 
 from __future__ import annotations
 
@@ -11,126 +11,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from structspec.bench import editor
-from structspec.bench.editor import (
-    Answer,
-    PacedPoint,
-    Point,
-    accept_edit,
-    busy_loops,
-    check_trace,
-    default_files,
-    enter_text,
-    first_points,
-    line_continuation,
-    offset_at,
-    paced_summary,
-    plan_points,
-    run_editor_benchmark,
-    split_answers,
-    without_model,
-)
+from structspec.bench import editor, typist
+from structspec.bench.editor import busy_loops, check_trace, run_editor_benchmark
+from structspec.bench.points import Point, first_points, plan_points
 from structspec.completion import trace
 from structspec.model.base import Rows, TokenCheck
 from structspec.runtime import open_model
 
 SOURCE = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(30))
-
-
-def test_plan_points_clears_and_types_real_lines(tmp_path: Path):
-    src = tmp_path / "m.py"
-    src.write_text(SOURCE)
-    points = plan_points([str(src)], 4, 10)
-    assert len(points) == 4
-    for p in points:
-        lines = p.text.split("\n")
-        assert lines[p.line] == p.indent  # the line is cleared to its indentation
-        assert p.typed and len(p.typed) <= 10
-        assert SOURCE.split("\n")[p.line].startswith(p.indent + p.typed)  # the real text
-        assert p.language == "python"
-
-
-def test_default_files_leave_out_the_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    repo = tmp_path / "repo"
-    (repo / "pkg").mkdir(parents=True)
-    inside, outside = repo / "pkg" / "a.py", tmp_path / "lib" / "b.py"
-    outside.parent.mkdir()
-    for path in (inside, outside):
-        path.write_text(SOURCE)
-
-    def fake_collect(language: str, limit: int) -> list[dict[str, str]]:
-        return [{"source": str(inside)}, {"source": str(outside)}] if language == "python" else []
-
-    monkeypatch.setattr(editor, "collect", fake_collect)
-    assert default_files(exclude=repo) == [str(outside.resolve())]
-
-
-def test_default_files_are_not_this_project():
-    root = editor.repository_root()
-    for name in default_files():
-        assert not Path(name).resolve().is_relative_to(root)
-
-
-def test_accept_inserts_exactly_the_insert_text():
-    text = "def f(x):\n    \n    return x\n"
-    cursor = offset_at(text, 1, 4)
-    item = {
-        "insertText": "y = x * 2",
-        "range": {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 4}},
-    }
-    new_text, change, after = accept_edit(text, item, cursor)
-    assert new_text == "def f(x):\n    y = x * 2\n    return x\n"
-    assert change == {"range": item["range"], "text": "y = x * 2"}
-    assert new_text[cursor:after] == "y = x * 2"
-
-
-def test_accept_replaces_the_item_range_in_utf16_columns():
-    text = "s = '😀ab'  # c\n"
-    item = {  # replace "ab'  # c" (the emoji is two UTF-16 units)
-        "insertText": "xy'",
-        "range": {"start": {"line": 0, "character": 7}, "end": {"line": 0, "character": 15}},
-    }
-    new_text, _, after = accept_edit(text, item, offset_at(text, 0, 7))
-    assert new_text == "s = '😀xy'\n"
-    assert new_text[:after] == "s = '😀xy'"
-
-
-def test_enter_keeps_the_indentation_and_indents_after_an_opener():
-    text = "    if x:\n"
-    assert enter_text(text, len("    if x:")) == "\n        "
-    text = "    y = 1\n"
-    assert enter_text(text, len("    y = 1")) == "\n    "
-    text = "\tfor (;;) {\n"
-    assert enter_text(text, len("\tfor (;;) {")) == "\n\t\t"
-
-
-def test_the_user_accepts_again_while_the_suggestion_goes_on_with_the_line():
-    text = "def f(x):\n    y = x\n"
-    cursor = offset_at(text, 1, 9)
-
-    def answer(insert: str) -> dict[str, object]:
-        return {"items": [{"insertText": insert}]}
-
-    assert line_continuation(text, answer(" * 2"), cursor) == {"insertText": " * 2"}
-    assert line_continuation(text, answer(" * 2\n    return y"), cursor) is not None
-    assert line_continuation(text, answer("\n    return y"), cursor) is None  # the next line
-    assert line_continuation(text, answer("   "), cursor) is None
-    assert line_continuation(text, {"items": []}, cursor) is None
-    assert line_continuation(text, None, cursor) is None
-
-
-def test_split_of_model_and_cache_answers():
-    answers = [Answer(100.0, False, True), Answer(300.0, False, True), Answer(2.0, True, True)]
-    split = split_answers(answers)
-    assert split["all"]["n"] == 3 and split["all"]["p50_ms"] == 100.0
-    assert split["model"] == {"n": 2, "p50_ms": 200.0, "p95_ms": 290.0}
-    assert split["cache"] == {"n": 1, "p50_ms": 2.0, "p95_ms": 2.0}
-    assert split_answers([])["model"] == {"n": 0, "p50_ms": 0.0, "p95_ms": 0.0}
-
-
-def test_answers_without_the_model_count_every_served_from_counter():
-    stats = {"servedFromCache": 3, "servedFromPregeneration": 2, "shown": 7, "requests": 12}
-    assert without_model(stats) == 5
 
 
 def test_trace_writes_nothing_when_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -248,9 +136,9 @@ def test_busy_loops_are_killed():
 @pytest.fixture(autouse=True)
 def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
     """The user's reading and moving-on pauses cost test time and prove nothing here."""
-    monkeypatch.setattr(editor, "READ_S", 0.0)
-    monkeypatch.setattr(editor, "SETTLE_S", 0.0)
-    monkeypatch.setattr(editor, "ARRIVE_S", 0.0)
+    monkeypatch.setattr(typist, "READ_S", 0.0)
+    monkeypatch.setattr(typist, "SETTLE_S", 0.0)
+    monkeypatch.setattr(typist, "ARRIVE_S", 0.0)
 
 
 def test_editor_benchmark_smoke(tmp_path: Path):
@@ -317,8 +205,8 @@ class _SlowClient:
 def test_the_paced_user_cancels_a_request_the_next_key_overtakes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(editor, "PACE_MS", 20.0)
-    replay = editor._Replay("paced", {}, "standin", 1, 5.0, paced=True)
+    monkeypatch.setattr(typist, "PACE_MS", 20.0)
+    replay = typist.ReplayedServer("paced", {}, "standin", 1, 5.0, paced=True)
     client = _SlowClient(never={2})
     replay.client = client  # type: ignore[assignment]
     point = Point("file:///m.py", "python", "x = 1\n\n", 1, "", "abcd")
@@ -334,27 +222,16 @@ def test_the_paced_user_cancels_a_request_the_next_key_overtakes(
     assert typed.first_shown_ms is not None and typed.first_shown_ms >= 2 * 20.0
 
 
-def test_paced_summary_counts_answers_in_time_and_the_wait_for_the_first_suggestion() -> None:
-    points = [
-        PacedPoint([10.0, None, 30.0], [False, False, True], 330.0),
-        PacedPoint([None, 50.0], [False, False], None),
-    ]
-    s = paced_summary(points)
-    assert (s["keystrokes"], s["answered"], s["shown"]) == (5, 3, 1)
-    assert s["answered_p50_ms"] == 30.0 and s["points_without"] == 1
-    assert s["first_shown_p50_ms"] == s["first_shown_max_ms"] == 330.0
-
-
 def test_servers_get_the_default_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("STRUCTSPEC_DEBOUNCE_MS", "0")
     monkeypatch.setenv("STRUCTSPEC_LLAMA_LOG", "1")  # not a setting: kept
-    env = editor._server_env(tmp_path / "t.jsonl")
+    env = typist.server_env(tmp_path / "t.jsonl")
     assert "STRUCTSPEC_DEBOUNCE_MS" not in env and env["STRUCTSPEC_LLAMA_LOG"] == "1"
     assert env["STRUCTSPEC_CONFIG"] == os.devnull and env[trace.TRACE_ENV] == str(
         tmp_path / "t.jsonl"
     )
     monkeypatch.delenv(trace.TRACE_ENV, raising=False)
-    assert trace.TRACE_ENV not in editor._server_env(None)
+    assert trace.TRACE_ENV not in typist.server_env(None)
 
 
 def test_limit_takes_the_first_points_of_every_file_in_turn(tmp_path: Path):

@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 
 from structspec.bench.editor import run_editor_benchmark
-from structspec.bench.replay import (
-    Recording,
-    ReplayError,
-    record,
-    recording_from_trace,
-    replay,
-    replay_markdown,
-)
+from structspec.bench.recording import Recording, ReplayError, record, recording_from_trace
+from structspec.bench.replay import replay
+from structspec.bench.replay_report import replay_markdown
 from structspec.completion import trace
 from structspec.config import Settings
 from structspec.engine.control import CostModel
@@ -192,7 +187,8 @@ def test_the_editor_benchmark_records_a_replayable_trace(tmp_path: Path) -> None
 
 
 def test_rows_past_a_stopped_generation_are_unknown_not_an_error() -> None:
-    from structspec.bench.replay import RecordedPrompt, ReplayModel
+    from structspec.bench.recording import RecordedPrompt
+    from structspec.bench.replay import ReplayModel
 
     model = ReplayModel(StandInModel())
     stopped = RecordedPrompt("s", None, (2, 3), (4, 5), (1.0, 1.0), stop=("\n",))
@@ -226,7 +222,7 @@ class _Fixed:
 
 def test_a_healed_generation_replays_with_its_constraint() -> None:
     """The recorded prompt is healed already: the replay constrains the first tokens again."""
-    from structspec.bench.replay import RecordedPrompt
+    from structspec.bench.recording import RecordedPrompt
     from structspec.engine import DraftPlanner, Engine
 
     model = StandInModel(pieces=("return", "ret", "re", "result", "res"), eos_bias=-3.0)

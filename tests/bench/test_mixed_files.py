@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from structspec.bench.mixed import EXTENSIONS, build_mixed_suite, collect, cut_prompt
+from structspec.bench.mixed import LANGUAGES, build_mixed_suite, collect, cut_prompt
 from structspec.bench.suites import jsonl
 
 
@@ -34,7 +34,7 @@ def test_suite_is_made_of_real_files(suite: tuple[Path, int]) -> None:
     assert len(items) == n >= 4
     assert {"python", "json"} <= {item["language"] for item in items}
     for item in items:
-        assert item["language"] in EXTENSIONS
+        assert item["language"] in LANGUAGES
         source = Path(item["source"]).read_text(encoding="utf-8")
         assert item["prompt"] in source  # cut from the real file
         assert item["id"].startswith(item["language"] + "/")

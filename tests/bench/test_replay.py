@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from structspec.bench.replay import Recording, ReplayModel, record, replay
+from structspec.bench.recording import Recording, record
+from structspec.bench.replay import ReplayModel, replay
 from structspec.config import Settings
 from structspec.engine.control import CostModel
 from structspec.model.standin import StandInModel
@@ -109,7 +110,7 @@ def test_the_oracle_reproduces_the_output_and_bounds_the_planner() -> None:
 
 
 def test_the_replay_markdown_names_the_command_and_each_control() -> None:
-    from structspec.bench.replay import replay_markdown
+    from structspec.bench.replay_report import replay_markdown
 
     rec = _recording()
     vocab = StandInModel()
@@ -153,7 +154,7 @@ def test_best_rate_is_the_best_cut_of_any_proposal() -> None:
 def test_a_cost_table_file_replaces_the_recordings(tmp_path) -> None:
     import json
 
-    from structspec.bench.replay import ReplayError, load_cost_table
+    from structspec.bench.recording import ReplayError, load_cost_table
 
     flat = [1.0 + 0.05 * n for n in range(16)]
     cache = tmp_path / "cache.json"
@@ -179,7 +180,8 @@ def test_a_cost_table_file_replaces_the_recordings(tmp_path) -> None:
 
 
 def test_prompt_orders_are_four_permutations_and_the_markdown_lists_them() -> None:
-    from structspec.bench.replay import prompt_orders, replay_markdown
+    from structspec.bench.replay import prompt_orders
+    from structspec.bench.replay_report import replay_markdown
 
     rec = _recording()
     orders = prompt_orders(rec.prompts)

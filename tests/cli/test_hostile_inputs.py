@@ -114,7 +114,7 @@ def test_a_deeply_nested_suite_line_is_one_line(tmp_path: Path):
 
 def test_recordings_traces_and_cost_tables_refuse_fifos_and_deep_json(tmp_path: Path):
     """What ``benchmark --replay`` and friends read: an error, never a wait or a traceback."""
-    from structspec.bench.replay import (
+    from structspec.bench.recording import (
         Recording,
         ReplayError,
         load_cost_table,

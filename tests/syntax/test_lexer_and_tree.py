@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -84,6 +85,21 @@ def test_json_expectations() -> None:
     assert s.stack[-1].expect == AFTER and closers(s) == "}"
     s = lex("json", '[\n  {"a": "b"},\n  ')
     assert s.stack[-1].expect == VALUE and s.stack[-1].closer == "]"
+
+
+def test_object_notation_is_the_tables_property_not_the_name() -> None:
+    """JSON's key/value lexing follows ``object_notation``, whatever the language is called."""
+    json = load_table().languages["json"]
+    assert json.object_notation
+    assert not any(
+        lang.object_notation for name, lang in load_table().languages.items() if name != "json"
+    )
+    renamed = LexState(dataclasses.replace(json, name="data"))
+    renamed.feed('{\n  "a": 1,\n  "b"')
+    assert renamed.stack[-1].expect == COLON
+    plain = LexState(dataclasses.replace(json, object_notation=False))
+    plain.feed('{\n  "a": 1,\n  "b"')
+    assert plain.stack[-1].expect == KEY  # as "{" opened it: nothing after it is followed
 
 
 def test_html_element_stack() -> None:

@@ -107,6 +107,7 @@ def test_bad_entries_are_skipped_with_a_warning(tmp_path: Path) -> None:
             "baddomain": {"domain": "x"},
             "badregex": {"domain": "ok", "content_patterns": ["("]},
             "badindent": {"domain": "ok", "indent": "x"},
+            "badflag": {"domain": "ok", "object_notation": "yes"},
             "notatable": 3,
         },
     }
@@ -115,7 +116,7 @@ def test_bad_entries_are_skipped_with_a_warning(tmp_path: Path) -> None:
         table = parse_table(data, tmp_path)
     assert set(table.languages) == {"good"}
     assert set(table.domains) == {"ok", "generic"}
-    assert len(caught) == 6
+    assert len(caught) == 7
     assert table.for_path("a.G").name == "good"
     assert table.languages["good"].grammar() is None  # no grammar: lexical state only
 

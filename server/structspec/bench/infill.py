@@ -42,17 +42,16 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from structspec.bench.editor import _Replay, _utf16_len, start_server
 from structspec.bench.harness import percentile
-from structspec.bench.mixed import EXTENSIONS, collect
+from structspec.bench.mixed import LANGUAGES, collect, extensions
+from structspec.bench.points import utf16_len
+from structspec.bench.typist import Out, ReplayedServer, start_server
 from structspec.lsp.convert import CURSOR_NOTIFICATION
-
-Out = Callable[[str], None]
 
 #: Characters of the cleared line typed after the first request.
 TYPED = 3
@@ -132,7 +131,7 @@ def humaneval_cases(limit: int) -> list[Case]:
 
 def _neighbours(path: Path, language: str) -> tuple[tuple[str, str, str], ...]:
     found: list[tuple[str, str, str]] = []
-    exts = EXTENSIONS.get(language, ())
+    exts = extensions(language)
     try:
         siblings = sorted(p for p in path.parent.iterdir() if p.suffix in exts and p != path)
     except OSError:
@@ -151,8 +150,8 @@ def _neighbours(path: Path, language: str) -> tuple[tuple[str, str, str], ...]:
 
 def file_cases(limit: int, before_chars: int = BEFORE_CHARS) -> list[Case]:
     """``limit`` cuts of real files, spread over the mixed suite's languages."""
-    per_language = max(1, -(-limit // len(EXTENSIONS)))
-    pools = [collect(language, per_language) for language in EXTENSIONS]
+    per_language = max(1, -(-limit // len(LANGUAGES)))
+    pools = [collect(language, per_language) for language in LANGUAGES]
     cases: list[Case] = []
     for rank in range(per_language):
         for pool in pools:
@@ -248,7 +247,7 @@ def _ms(values: Sequence[float]) -> str:
 # -- the run ------------------------------------------------------------------------
 
 
-class _InfillServer(_Replay):
+class _InfillServer(ReplayedServer):
     """A language server under test: opens cases and asks at the cleared line."""
 
     async def ask(self, uri: str, line: int, column: int) -> str:
@@ -285,7 +284,7 @@ class _InfillServer(_Replay):
         for uri, language, text in case.neighbours:
             self.open(uri, language, text)
         self.open(case.uri, case.language, case.text)
-        column = _utf16_len(case.indent)
+        column = utf16_len(case.indent)
         if prewarm:
             where = {"line": case.line, "character": column}
             self.client.notify(
@@ -309,7 +308,7 @@ class _InfillServer(_Replay):
                     "contentChanges": [{"range": {"start": pos, "end": pos}, "text": ch}],
                 },
             )
-            column += _utf16_len(ch)
+            column += utf16_len(ch)
             suggestion = await self.ask(case.uri, case.line, column)
             scores.warm_ms.append((time.perf_counter() - t0) * 1000.0)
             scores.add(k, case.target[:k] + suggestion, case.target)

@@ -18,7 +18,7 @@ scaled so that the run's ``decode_tps`` equals the server's own
 ``predicted_per_second``. Its text can differ from llama-cpp-python's greedy
 text (a different llama.cpp version, different kernels): compare speed, not text.
 
-The binary is not a dependency: ``bench/build-llama-server.sh`` builds it.
+The binary is not a dependency: ``tools/build-llama-server.sh`` builds it.
 """
 
 from __future__ import annotations

@@ -24,15 +24,18 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-#: languageId -> file extensions.
-EXTENSIONS: dict[str, tuple[str, ...]] = {
-    "json": (".json",),
-    "html": (".html", ".htm"),
-    "sql": (".sql",),
-    "go": (".go",),
-    "javascript": (".js", ".mjs", ".cjs"),
-    "python": (".py",),
-}
+from structspec.syntax.table import load_table
+
+#: The suite's languages (languageIds), in the order it lists them. Their file
+#: extensions are the language table's (``grammars/languages.toml``: ``extensions``).
+LANGUAGES = ("json", "html", "sql", "go", "javascript", "python")
+
+
+def extensions(language: str) -> tuple[str, ...]:
+    """The file suffixes of ``language`` in the language table (exact file names left out)."""
+    spec = load_table().for_language_id(language)
+    return tuple(e for e in spec.extensions if e.startswith(".")) if spec is not None else ()
+
 
 #: Most characters of prompt text before the cut point.
 MAX_PROMPT_CHARS = 1800
@@ -128,7 +131,7 @@ def collect(language: str, limit: int) -> list[dict[str, str]]:
     """Up to ``limit`` prompts of ``language`` from the files found on the machine."""
     if limit <= 0:
         return []
-    exts = EXTENSIONS[language]
+    exts = extensions(language)
     candidates: list[Path] = []
     seen: set[Path] = set()
     for root in _roots()[language]:
@@ -178,7 +181,7 @@ def build_mixed_suite(out_path: str | Path, limit_per_lang: int = 8) -> int:
     out = Path(out_path)
     lines: list[str] = []
     missing: list[str] = []
-    for language in EXTENSIONS:
+    for language in LANGUAGES:
         items = collect(language, limit_per_lang)
         if not items:
             missing.append(language)

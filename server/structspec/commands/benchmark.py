@@ -5,45 +5,23 @@
 samples with those parameters, ``greedy`` becoming plain sampling (no drafts),
 the base of the speed ratios (``bench/harness.py``). Sampled output has no
 argmax to check, so the teacher-forced exactness check gives way to a pointer
-to the tests that prove the distribution (``SAMPLING_PROOF``).
+to the tests that prove the distribution (``bench/report.py``: ``SAMPLING_PROOF``).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
-import platform
 import shlex
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from structspec.bench.harness import (
-    GREEDY,
-    MODES,
-    BaselineError,
-    Exactness,
-    PromptLookupBaseline,
-    Run,
-    ablation_sources,
-    acceptance_by_position,
-    comparison_bases,
-    is_external_mode,
-    is_llama_server_mode,
-    output_gaps,
-    run_engine,
-    summarize,
-)
-from structspec.bench.llama_server import (
-    SPEC_TYPES,
-    LlamaServerBaseline,
-    LlamaServerError,
-    spec_type,
-)
+from structspec.bench import EXTRA_INSTALL, missing_extra
+from structspec.bench.harness import MODES, ablation_sources, is_llama_server_mode
+from structspec.bench.llama_server import SPEC_TYPES, spec_type
 from structspec.bench.suites import SuiteError, load_suite
 from structspec.commands.common import (
     add_model_arguments,
@@ -54,21 +32,12 @@ from structspec.commands.common import (
 )
 from structspec.config import SOURCE_NAMES, resolve_sources
 from structspec.errors import UserError
-from structspec.model.extras import gguf_extras
 
 if TYPE_CHECKING:
     from structspec.bench.suites import Prompt
     from structspec.config import Settings
-    from structspec.engine.decode import Engine
     from structspec.engine.sampling import Sampling
-    from structspec.model.base import Model
 
-#: Where the distribution of speculative sampling is proven (sampled output
-#: cannot be checked token by token against an argmax).
-SAMPLING_PROOF = (
-    "tests/engine/test_sampling.py::test_speculative_sampling_has_the_exact_distribution "
-    "(chi-square against the exact distribution, on the stand-in model)"
-)
 #: The suites whose prompts the modes decode side by side (the others replay an
 #: editor or fill single lines, greedily).
 SAMPLED_SUITES = "humaneval, mixed and jsonl:PATH"
@@ -108,12 +77,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--llama-server",
         metavar="PATH",
         help="llama.cpp's llama-server binary for the llama-server modes "
-        "(bench/build-llama-server.sh builds one)",
+        "(tools/build-llama-server.sh builds one)",
     )
     p.add_argument(
         "--plot",
         metavar="FILE.png",
-        help="draw per-prompt speed ratios and acceptance by draft position (needs matplotlib)",
+        help="draw per-prompt speed ratios and acceptance by draft position",
     )
     p.add_argument(
         "--no-exactness",
@@ -203,19 +172,6 @@ def _command_line() -> str:
     return "structspec " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-def _machine() -> str:
-    import llama_cpp
-
-    from structspec.runtime import cpu_name
-
-    cpu = cpu_name()
-
-    return (
-        f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"llama-cpp-python {llama_cpp.__version__}, {platform.system()} {platform.release()}"
-    )
-
-
 def _valid_llama_server(mode: str) -> bool:
     if not is_llama_server_mode(mode):
         return False
@@ -237,7 +193,18 @@ def _sampled_elsewhere(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _check_bench_extra() -> None:
+    """One line naming what to install when the ``structspec[bench]`` extra is missing."""
+    missing = missing_extra()
+    if missing:
+        raise UserError(
+            f"structspec benchmark needs the bench extra ({', '.join(missing)} not installed): "
+            f"{EXTRA_INSTALL}"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_bench_extra()
     check_writable(args.json_out, args.trace_csv, args.markdown_out, args.plot)  # before the run
     sampling = sampling_from_args(args)
     refused = None if sampling.greedy else _sampled_elsewhere(args)
@@ -269,8 +236,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{', '.join(server_modes)} need --llama-server PATH")
     if args.llama_server and not os.access(args.llama_server, os.X_OK):
         raise UserError(f"--llama-server {args.llama_server}: not an executable file")
-    if args.plot:
-        _check_matplotlib()
     if args.repeat < 1 or args.max_tokens < 1 or (args.limit is not None and args.limit < 1):
         raise UserError("--repeat, --max-tokens and --limit must be positive")
     try:
@@ -280,460 +245,60 @@ def run(args: argparse.Namespace) -> int:
     if args.limit:
         prompts = prompts[: args.limit]
 
-    from structspec.runtime import cost_model_for, load_engine, open_model, thread_costs_for
-
     settings = settings_from_args(args).settings
     if args.record:
         return _run_record(args, settings, prompts)
-    model = open_model(settings.model, context_size=settings.context_size, threads=settings.threads)
-    if args.recalibrate:  # measured again into the cache, where every engine below reads it
-        thread_costs_for(model, cost_model_for(model, refresh=True), refresh=True)
-    engine = load_engine(settings, model=model)
-    engines = {m: engine for m in ("greedy", "structspec")}  # greedy: no drafts
-    for mode in modes:
-        names = ablation_sources(mode)
-        if names is not None:
-            engines[mode] = load_engine(settings, model=model, sources=names)
-    pld = None
-    extras = gguf_extras(model)
-    if extras is None and ("pld" in modes or server_modes):
-        first = "pld" if "pld" in modes else server_modes[0]
-        raise UserError(f"the {first} mode needs a GGUF model")
-    path = str(extras.path) if extras is not None else ""
-    if "pld" in modes:
-        pld = PromptLookupBaseline(
-            path, settings.threads, n_ctx=settings.context_size, sampling=sampling
-        )
-    servers: dict[str, LlamaServerBaseline] = {}
-    try:
-        for mode in server_modes:
-            servers[mode] = LlamaServerBaseline(
-                args.llama_server,
-                mode,
-                path,
-                settings.threads,
-                settings.context_size,
-                sampling=sampling,
-            )
-        return _run_suite(args, settings, engines, model, modes, prompts, pld, servers, sampling)
-    except LlamaServerError as exc:
-        raise UserError(str(exc)) from None
-    finally:
-        for server in servers.values():
-            server.close()
+    return _run_suite(args, settings, modes, prompts, sampling)
 
 
 def _run_suite(
     args: argparse.Namespace,
     settings: Settings,
-    engines: dict[str, Engine],
-    model: Model,
     modes: list[str],
     prompts: list[Prompt],
-    pld: PromptLookupBaseline | None,
-    servers: dict[str, LlamaServerBaseline],
-    sampling: Sampling = GREEDY,
+    sampling: Sampling,
 ) -> int:
-    from tqdm import tqdm
+    """The modes side by side on the suite's prompts; the report and the files asked for."""
+    from structspec.bench.report import SuiteRun, suite_report, write_json, write_trace
+    from structspec.bench.side_by_side import RunOptions, run_side_by_side
 
-    runs: list[Run] = []
-    baseline_failures: list[str] = []
-    prompt_tokens: dict[str, list[int]] = {}
-    # Sampled output has no argmax to be checked against (SAMPLING_PROOF instead).
-    check_exactness = sampling.greedy and not args.no_exactness
-    exact = {m: Exactness() for m in modes if not is_external_mode(m)}
-    bar = tqdm(
-        total=len(prompts) * args.repeat * len(modes),
-        desc="benchmark",
-        unit="run",
-        file=sys.stderr,
-        disable=not sys.stderr.isatty(),
+    options = RunOptions(
+        modes,
+        args.max_tokens,
+        args.repeat,
+        sampling,
+        exactness=not args.no_exactness,
+        recalibrate=args.recalibrate,
+        llama_server=args.llama_server,
     )
-    for i, prompt in enumerate(prompts):
-        tokens = model.tokenize(prompt.prompt)
-        prompt_tokens[prompt.id] = tokens
-        for rep in range(args.repeat):
-            order = modes[(i + rep) % len(modes) :] + modes[: (i + rep) % len(modes)]
-            for mode in order:
-                if mode == "pld":
-                    assert pld is not None
-                    try:
-                        runs.append(pld.run(prompt, tokens, rep, args.max_tokens, model.is_eog))
-                    except BaselineError as exc:
-                        baseline_failures.append(str(exc))
-                        print(f"structspec: warning: {exc}", file=sys.stderr)
-                elif mode in servers:
-                    runs.append(servers[mode].run(prompt, tokens, rep, args.max_tokens))
-                else:
-                    runs.append(
-                        run_engine(
-                            engines[mode], prompt, tokens, mode, rep, args.max_tokens, sampling
-                        )
-                    )
-                bar.update(1)
-        if check_exactness:
-            for mode in exact:
-                out = next(r.tokens for r in runs if r.prompt_id == prompt.id and r.mode == mode)
-                gaps, rechecked = output_gaps(model, tokens, out)
-                exact[mode].add(gaps, rechecked=rechecked)
-    bar.close()
-
-    summary = summarize(runs, modes, sampling)
-    summary["sampling"] = vars(sampling)
-    summary["baseline_failures"] = baseline_failures
-    if check_exactness:
-        summary["exactness"] = {m: vars(e) for m, e in exact.items()}
+    result = run_side_by_side(settings, prompts, options)
     command = _command_line()
-    extras = gguf_extras(model)
-    # which code computes the output head: the greedy and structspec modes share it
-    name = f"{model.name} (output head: {extras.head})" if extras is not None else model.name
-    report = _report(command, args, settings.threads, name, prompts, runs, summary, modes, sampling)
+    run = SuiteRun(
+        command,
+        args.suite,
+        args.max_tokens,
+        args.repeat,
+        settings.threads,
+        result.model_name,
+        prompts,
+        modes,
+        sampling,
+    )
+    report = suite_report(run, result.runs, result.summary)
     print(report)
     if args.markdown_out:
         Path(args.markdown_out).write_text(report + "\n", encoding="utf-8")
     if args.json_out:
-        _write_json(args.json_out, command, prompts, prompt_tokens, runs, summary)
+        write_json(
+            args.json_out, command, prompts, result.prompt_tokens, result.runs, result.summary
+        )
     if args.trace_csv:
-        _write_trace(args.trace_csv, runs)
+        write_trace(args.trace_csv, result.runs)
     if args.plot:
-        _plot(args.plot, runs, summary, modes, sampling)
+        from structspec.bench.plot import plot
+
+        plot(args.plot, result.runs, result.summary, modes, sampling)
     return 0
-
-
-def _label(mode: str, sampling: Sampling) -> str:
-    """A mode as reports name it: sampled, ``greedy`` is plain sampling, and says so."""
-    return "plain sampling" if mode == "greedy" and not sampling.greedy else mode
-
-
-def _check_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UserError("--plot needs matplotlib: pip install matplotlib") from None
-
-
-def _plot(
-    path: str,
-    runs: list[Run],
-    summary: dict[str, Any],
-    modes: list[str],
-    sampling: Sampling = GREEDY,
-) -> None:
-    """Per-prompt speed ratio of each mode against each base, and acceptance by position."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5), width_ratios=(3, 2))
-    labels, data = [], []
-    for mode in modes:
-        for base in comparison_bases(modes):
-            ratios = summary["modes"][mode].get(f"ratios_vs_{base}")
-            if base != mode and ratios:
-                labels.append(f"{_label(mode, sampling)} vs {_label(base, sampling)}")
-                data.append(ratios)
-    if data:
-        left.boxplot(data, showfliers=True)
-        left.set_xticks(range(1, len(labels) + 1), labels, fontsize=7, rotation=35, ha="right")
-    left.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    left.set_ylabel("decode tokens/s ratio, per prompt")
-    left.set_title(f"Per-prompt speed ({summary['prompts']} prompts)")
-    for mode in modes:
-        pos = acceptance_by_position([r for r in runs if r.mode == mode])
-        if pos:
-            right.plot(
-                [p for p, _, _ in pos],
-                [a for _, _, a in pos],
-                marker="o",
-                label=_label(mode, sampling),
-            )
-    right.set_xlabel("position in the draft")
-    right.set_ylabel("acceptance")
-    right.set_ylim(0, 1)
-    right.set_title("Acceptance by draft position")
-    if right.get_legend_handles_labels()[0]:
-        right.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _fmt(v: Any, nd: int = 2) -> str:
-    return "-" if v is None else f"{v:.{nd}f}" if isinstance(v, float) else str(v)
-
-
-def _report(
-    command: str,
-    args: argparse.Namespace,
-    threads: int,
-    model_name: str,
-    prompts: list,
-    runs: list[Run],
-    summary: dict[str, Any],
-    modes: list[str],
-    sampling: Sampling = GREEDY,
-) -> str:
-    def label(mode: str) -> str:
-        return _label(mode, sampling)
-
-    base = label("greedy")
-    lines = [
-        "# structspec benchmark",
-        "",
-        f"- command: `{command}`",
-        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-        f"- machine: {_machine()}",
-        f"- model: {model_name}, {threads} threads; suite {args.suite}, {len(prompts)} prompts, "
-        f"max {args.max_tokens} tokens, {args.repeat} repeat(s)",
-        _decoding_line(sampling),
-        "- speed: decode tokens/s after the first token (the prompt's prefill is the same work in "
-        "every mode); every run starts from a cold cache; modes interleaved per prompt",
-        "",
-        "## Summary",
-        "",
-        f"| mode | tok/s | e2e tok/s | vs {base} (aggregate) "
-        f"| vs {base} per prompt: median [p10, min] "
-        f"| vs pld (aggregate) | tokens/pass | acceptance | identical to {base} |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    n = summary["prompts"]
-    for mode in modes:
-        m = summary["modes"][mode]
-        per = m.get("ratio_vs_greedy")
-        per_s = f"{per['median']:.2f} [{per['p10']:.2f}, {per['min']:.2f}]" if per else "-"
-        ident = f"{m['identical_to_greedy']}/{n}" if "identical_to_greedy" in m else "-"
-        lines.append(
-            f"| {label(mode)} | {m['decode_tps']:.1f} | {m['e2e_tps']:.1f} | "
-            f"{_fmt(m.get('aggregate_vs_greedy'))} | {per_s} | {_fmt(m.get('aggregate_vs_pld'))} | "
-            f"{_fmt(m['tokens_per_pass'])} | {_fmt(m['acceptance'])} | {ident} |"
-        )
-    bases = comparison_bases(modes)
-    if bases:
-        lines += [
-            "",
-            "## Against each base",
-            "",
-            "Decode: tokens/s after the first token, aggregate (per prompt median, min). "
-            "End to end: all tokens over the request's wall clock, prefill included "
-            "(what a client waits for), aggregate.",
-            "",
-            "| mode | " + " | ".join(f"vs {label(b)}" for b in bases) + " |",
-            "| --- | " + " | ".join("---" for _ in bases) + " |",
-        ]
-        for mode in modes:
-            m = summary["modes"][mode]
-            cells = []
-            for b in bases:
-                agg, per, e2e = (
-                    m.get(f"aggregate_vs_{b}"),
-                    m.get(f"ratio_vs_{b}"),
-                    m.get(f"e2e_vs_{b}"),
-                )
-                cells.append(
-                    "-"
-                    if agg is None or per is None
-                    else f"decode {agg:.2f} ({per['median']:.2f}, {per['min']:.2f}); "
-                    f"e2e {_fmt(e2e)}"
-                )
-            lines.append(f"| {label(mode)} | " + " | ".join(cells) + " |")
-    if args.repeat > 1:
-        lines += ["", "Aggregate ratio per repeat (median [min, max]):", ""]
-        for mode in modes:
-            for b in comparison_bases(modes):
-                s = summary["modes"][mode].get(f"aggregate_vs_{b}_per_repeat")
-                if s:
-                    lines.append(
-                        f"- {label(mode)} vs {label(b)}: "
-                        f"{s['median']:.2f} [{s['min']:.2f}, {s['max']:.2f}]"
-                    )
-    failures = summary.get("baseline_failures") or []
-    if failures:
-        lines += [
-            "",
-            f"The pld baseline failed on {len(failures)} prompt(s) (left out of its "
-            "tokens/s and of the ratios against it):",
-            "",
-        ]
-        lines += [f"- {f}" for f in failures]
-    for mode in modes:
-        src = summary["modes"][mode].get("sources")
-        if not src:
-            continue
-        lines += [
-            "",
-            f"## Draft sources ({mode})",
-            "",
-            "| source | drafted | accepted | acceptance | share of accepted |",
-            "| --- | --- | --- | --- | --- |",
-        ]
-        for name, s in src.items():
-            lines.append(
-                f"| {name} | {s['drafted']} | {s['accepted']} | {s['acceptance']:.2f} | "
-                f"{s['share_of_accepted']:.2f} |"
-            )
-    if not sampling.greedy:
-        lines += ["", "## Exactness", "", *_sampled_exactness(summary, modes)]
-    if "exactness" in summary:
-        lines += [
-            "",
-            "## Teacher-forced exactness",
-            "",
-            "Each emitted token checked against the argmax of its row with prompt + output "
-            "evaluated in one batch. Near-tie: below the argmax by at most 1.0 logit "
-            "(batch-shape noise, docs/MEASUREMENTS.md); off: further. A generation with a "
-            "token off is checked again one row per pass, as plain greedy decoding evaluates "
-            "it, and that check counts (rechecked: how many generations).",
-            "",
-            "| mode | tokens | exact argmax | near-ties | off | worst gap | rechecked |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for mode, e in summary["exactness"].items():
-            total = e["exact"] + e["near_tie"] + e["off"]
-            lines.append(
-                f"| {mode} | {total} | {e['exact']} | {e['near_tie']} | {e['off']} | "
-                f"{e['worst_gap']:.3f} | {e['rechecked']} |"
-            )
-    lines += [
-        "",
-        "## Per prompt",
-        "",
-        "| prompt | "
-        + " | ".join(f"{label(m)} tok/s" for m in modes)
-        + (f" | structspec / {base}" if {"structspec", "greedy"} <= set(modes) else "")
-        + " |",
-        "| --- | "
-        + " | ".join("---" for _ in modes)
-        + (" | ---" if {"structspec", "greedy"} <= set(modes) else "")
-        + " |",
-    ]
-    by: dict[tuple[str, str], list[float]] = {}
-    for r in runs:
-        by.setdefault((r.prompt_id, r.mode), []).append(r.decode_tps)
-    import statistics
-
-    for p in prompts:
-        meds = {m: statistics.median(by[(p.id, m)]) for m in modes if (p.id, m) in by}
-        row = f"| {p.id} | " + " | ".join(f"{meds.get(m, 0):.1f}" for m in modes)
-        if {"structspec", "greedy"} <= set(modes) and meds.get("greedy"):
-            row += f" | {meds['structspec'] / meds['greedy']:.2f}"
-        lines.append(row + " |")
-    return "\n".join(lines)
-
-
-def _decoding_line(sampling: Sampling) -> str:
-    """The report header's line on how every mode chose its tokens."""
-    if sampling.greedy:
-        return "- decoding: greedy (temperature 0) in every mode"
-    s = sampling
-    seed = "none (random: texts not comparable)" if s.seed is None else str(s.seed)
-    return (
-        f"- sampling, in every mode: temperature {s.temperature:g}, "
-        f"top_k {s.top_k}{' (off)' if s.top_k == 0 else ''}, "
-        f"top_p {s.top_p:g}{' (off)' if s.top_p == 1 else ''}, "
-        f"min_p {s.min_p:g}{' (off)' if s.min_p == 0 else ''}, seed {seed}; "
-        "plain sampling is the engine with no drafts (mode `greedy`), the base of the ratios"
-    )
-
-
-def _sampled_exactness(summary: dict[str, Any], modes: list[str]) -> list[str]:
-    """What stands for the teacher-forced check when the output is sampled."""
-    lines = [
-        "- teacher-forced check: not applicable to sampled output; speculative sampling's "
-        f"distribution is proven in {SAMPLING_PROOF}",
-    ]
-    n = summary["prompts"]
-    same = [
-        f"{mode} {m['identical_to_greedy']}/{n}"
-        for mode in modes
-        if "identical_to_greedy" in (m := summary["modes"][mode])
-    ]
-    if same:
-        lines.append(
-            f"- same seed, same text as plain sampling, prompts: {', '.join(same)} (on a GGUF "
-            "model the batch shape moves the logits a little, so a sampled token can differ: "
-            "reported, not a failure)"
-        )
-    if summary["sampling"]["seed"] is None:
-        lines.append("- no --seed: every run drew its own random numbers; texts not compared")
-    return lines
-
-
-def _write_json(
-    path: str,
-    command: str,
-    prompts: list,
-    prompt_tokens: dict[str, list[int]],
-    runs: list[Run],
-    summary: dict[str, Any],
-) -> None:
-    data = {
-        "command": command,
-        "summary": summary,
-        "prompts": [
-            {
-                "id": p.id,
-                "prompt": p.prompt,
-                "prompt_tokens": prompt_tokens[p.id],
-                "runs": [
-                    {
-                        "mode": r.mode,
-                        "repeat": r.repeat,
-                        "tokens": r.tokens,
-                        "seconds": r.seconds,
-                        "decode_seconds": r.decode_seconds,
-                        "decode_tps": r.decode_tps,
-                        "passes": r.passes,
-                        "drafted": r.drafted,
-                        "accepted": r.accepted,
-                        "sources": {
-                            k: {"drafted": d, "accepted": a} for k, (d, a) in r.sources.items()
-                        },
-                    }
-                    for r in runs
-                    if r.prompt_id == p.id
-                ],
-            }
-            for p in prompts
-        ],
-    }
-    Path(path).write_text(json.dumps(data), encoding="utf-8")
-
-
-def _write_trace(path: str, runs: list[Run]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["prompt", "mode", "repeat", "pass", "source", "drafted", "accepted", "ms"])
-        for r in runs:
-            for t in r.trace:
-                w.writerow(
-                    [
-                        r.prompt_id,
-                        r.mode,
-                        r.repeat,
-                        t.index,
-                        t.source,
-                        t.drafted,
-                        t.accepted,
-                        f"{t.ms:.3f}",
-                    ]
-                )
-
-
-def _write_lines_report(path: str, title: str, lines: list[str]) -> None:
-    """A Markdown report of a run's printed lines, with the command and the machine."""
-    report = [
-        f"# structspec benchmark: {title}",
-        "",
-        f"- command: `{_command_line()}`",
-        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-        f"- machine: {_machine()}",
-        "",
-        "```",
-        *lines,
-        "```",
-    ]
-    Path(path).write_text("\n".join(report) + "\n", encoding="utf-8")
 
 
 def _run_printed(
@@ -751,7 +316,10 @@ def _run_printed(
     except (OSError, ValueError) as exc:
         raise UserError(f"{suite} benchmark: {exc}") from None
     if args.markdown_out:
-        _write_lines_report(args.markdown_out, title, lines)
+        from structspec.bench.report import lines_report
+
+        text = lines_report(_command_line(), title, lines)
+        Path(args.markdown_out).write_text(text, encoding="utf-8")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result), encoding="utf-8")
     return 0
@@ -839,7 +407,7 @@ def _editor_variant(items: list[str]) -> dict[str, Any]:
 
 
 def _run_record(args: argparse.Namespace, settings: Any, prompts: list) -> int:
-    from structspec.bench.replay import record
+    from structspec.bench.recording import record
     from structspec.runtime import cost_model_for, open_model
 
     model = open_model(settings.model, context_size=settings.context_size, threads=settings.threads)
@@ -860,17 +428,9 @@ def _run_record(args: argparse.Namespace, settings: Any, prompts: list) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from structspec.bench.replay import (
-        Recording,
-        ReplayError,
-        ReplayResult,
-        load_cost_table,
-        orders_line,
-        prompt_orders,
-        replay,
-        replay_markdown,
-        report,
-    )
+    """Replay recordings through the planner and sources; exit 1 when an output differs."""
+    from structspec.bench.recording import Recording, ReplayError, load_cost_table
+    from structspec.bench.replay_report import replay_and_report, replay_markdown
     from structspec.runtime import assemble_engine, open_model
 
     try:
@@ -883,46 +443,17 @@ def _run_replay(args: argparse.Namespace) -> int:
     for path, recording in recordings:
         if vocab.name != recording.model:
             raise UserError(f"{path}: the recording is of {recording.model}, not {vocab.name}")
-    rows = []
-    by_order: dict[str, dict[str, ReplayResult]] = {}
-    failed = False
-    for path, recording in recordings:
-        prompts = recording.prompts[: args.limit] if args.limit else None
-        results = {}
-        for control in ("planner", "oracle") if args.oracle else ("planner",):
-            results[control] = replay(
-                recording,
-                vocab,
-                lambda model, cost: assemble_engine(model, settings, cost),
-                prompts=prompts,
-                oracle=control == "oracle",
-                cost=cost,
-            )
-            print(f"== {path}: {control}")
-            print(report(results[control], recording, cost_table=args.cost_table))
-            failed = failed or bool(results[control].mismatches)
-        if args.oracle:
-            gap = results["planner"].speedup / results["oracle"].speedup
-            print(f"planner / oracle: {gap:.3f}")
-        if args.orders:
-            ordered: dict[str, ReplayResult] = {}
-            for name, order in prompt_orders(prompts or recording.prompts).items():
-                ordered[name] = (
-                    results["planner"]
-                    if name == "recorded"
-                    else replay(
-                        recording,
-                        vocab,
-                        lambda model, cost: assemble_engine(model, settings, cost),
-                        prompts=order,
-                        cost=cost,
-                    )
-                )
-                failed = failed or bool(ordered[name].mismatches)
-            print(f"planner in four orders: {orders_line(ordered)}")
-            by_order[path] = ordered
-        rows.append((path, recording, results))
+    done = replay_and_report(
+        recordings,
+        vocab,
+        lambda model, cost: assemble_engine(model, settings, cost),
+        limit=args.limit,
+        oracle=args.oracle,
+        orders=args.orders,
+        cost=cost,
+        cost_table=args.cost_table,
+    )
     if args.markdown_out:
-        text = replay_markdown(_command_line(), rows, by_order or None)
+        text = replay_markdown(_command_line(), done.rows, done.by_order or None)
         Path(args.markdown_out).write_text(text, encoding="utf-8")
-    return 1 if failed else 0
+    return 1 if done.failed else 0

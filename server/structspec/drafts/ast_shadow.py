@@ -222,7 +222,7 @@ class ASTShadowSource(TimedPropose):
             if info.broken:
                 self.state = "broken"
                 return None
-            if info.skip and lex.lang.name != "json":
+            if info.skip and not lex.lang.object_notation:
                 self.state = "skip"
                 return None
         tokens = self._tokens(ctx.tokens[-1], text)
@@ -266,7 +266,7 @@ class ASTShadowSource(TimedPropose):
         lex = self._lex
         if lex is None:
             return None
-        if lex.lang.name == "json":
+        if lex.lang.object_notation:
             return json_candidate(lex)
         if lex.lang.block_style == "tag":
             return html_candidate(lex)

@@ -12,7 +12,8 @@ costs microseconds) and keeps what the language table says matters:
 - the current line, its indentation, the bracket depth at its start, and the
   last non-blank line;
 - the indentation unit the buffer itself uses (tabs or a number of spaces);
-- JSON: what each open object or array expects next (key, colon, value, more);
+- JSON (a language with ``object_notation``): what each open object or array
+  expects next (key, colon, value, more);
 - HTML: the stack of open elements.
 """
 
@@ -72,7 +73,7 @@ class LexState:
     def __post_init__(self) -> None:
         self._openers = {o: c for o, c in self.lang.brackets}
         self._closers = {c for _, c in self.lang.brackets}
-        self._json = self.lang.name == "json"
+        self._json = self.lang.object_notation  # JSON's key/value structure is followed
         self._html = self.lang.block_style == "tag"
         self._quote_chars = {q[0] for q in self.lang.quotes}
         self._line_markers = self.lang.line_comment

@@ -72,6 +72,7 @@ class LanguageSpec:
     block_comment: tuple[str, str] | None = None
     indent: str = "    "
     block_style: str = "none"
+    object_notation: bool = False
     statement_end: str = ""
     block_openers: frozenset[str] = frozenset()
     keywords: frozenset[str] = frozenset()
@@ -175,6 +176,13 @@ def _strs(entry: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _flag(entry: dict[str, Any], key: str, where: str) -> bool:
+    value = entry.get(key, False)
+    if not isinstance(value, bool):
+        raise GrammarTableError(f"{where}.{key} must be true or false")
+    return value
+
+
 def _language(name: str, entry: dict[str, Any], root: Path) -> LanguageSpec:
     where = f"languages.{name}"
     grammar = entry.get("grammar") or {}
@@ -215,6 +223,7 @@ def _language(name: str, entry: dict[str, Any], root: Path) -> LanguageSpec:
         block_comment=(block[0], block[1]) if block else None,
         indent=indent,
         block_style=str(entry.get("block_style", "none")),
+        object_notation=_flag(entry, "object_notation", where),
         statement_end=str(entry.get("statement_end", "")),
         block_openers=frozenset(_strs(entry, "block_openers", where)),
         keywords=frozenset(_strs(entry, "keywords", where)),

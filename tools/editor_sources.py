@@ -11,8 +11,8 @@ counts per tier how often the first drafted token is the model's next token,
 and how many drafted tokens in a row are. No planner, no timing: the numbers
 are the sources' priors (``PRIORS`` in each module).
 
-    PYTHONPATH=server python3 bench/editor_sources.py [--points N] [--seconds S] FILE_OR_GLOB...
-    PYTHONPATH=server python3 bench/editor_sources.py --recording RECORDING.json
+    PYTHONPATH=server python3 tools/editor_sources.py [--points N] [--seconds S] FILE_OR_GLOB...
+    PYTHONPATH=server python3 tools/editor_sources.py --recording RECORDING.json
 
 The second form scores ``nearby`` and ``lookup`` the same way over a replay
 recording's greedy outputs (no model run: its tokenizer only).
@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 
-from structspec.bench.replay import Recording
+from structspec.bench.recording import Recording
 from structspec.completion.corpus import CorpusCache
 from structspec.completion.prompt import PromptBuilder
 from structspec.drafts.base import DraftContext, DraftSource

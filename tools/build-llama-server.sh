@@ -5,7 +5,7 @@
 # current llama.cpp). It is an external benchmark binary only: structspec never links
 # it, imports it or ships it, and CI does not build it (about 6 minutes on 2 cores).
 #
-#   bench/build-llama-server.sh [DIR]      # default DIR: ~/.cache/structspec-llama-server
+#   tools/build-llama-server.sh [DIR]      # default DIR: ~/.cache/structspec-llama-server
 #   structspec benchmark --llama-server DIR/llama.cpp/build/bin/llama-server \
 #       --modes greedy,structspec,llama-server,llama-server:ngram-mod
 set -euo pipefail
