@@ -271,7 +271,7 @@ def test_pld_baseline_runs_prompts_longer_than_a_batch():
     """llama-cpp-python's prompt lookup on a 700-token prompt (its scores buffer once held 512)."""
     from structspec.bench.harness import PromptLookupBaseline
     from structspec.bench.suites import Prompt
-    from structspec.model.llama import default_model_path
+    from structspec.model.paths import default_model_path
 
     pld = PromptLookupBaseline(str(default_model_path()), 2, n_ctx=1024)
     text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(60))

@@ -113,7 +113,7 @@ def _free_port() -> int:
 
 #: llama-cpp-python's server, its weights kept off AMX's buffers, which crash (model/llama.py).
 _UPSTREAM = (
-    "import runpy; from structspec.model.llama import plain_buffers_for_llama\n"
+    "import runpy; from structspec.model.amx import plain_buffers_for_llama\n"
     "with plain_buffers_for_llama(): runpy.run_module('llama_cpp.server', run_name='__main__')"
 )
 

@@ -37,8 +37,8 @@ from structspec.bench.suites import Prompt
 from structspec.engine.decode import Engine, GenerationOptions
 from structspec.engine.sampling import Sampling
 from structspec.engine.stats import PassTrace
+from structspec.model.amx import plain_buffers_for_llama
 from structspec.model.base import Model
-from structspec.model.llama import plain_buffers_for_llama
 
 MODES = ("greedy", "structspec", "pld")
 #: ``structspec:lookup+rules`` is structspec with only those draft sources: an

@@ -36,7 +36,7 @@ import httpx
 from structspec.bench.harness import GREEDY, LLAMA_SERVER_MODE, Run, llama_seed
 from structspec.bench.suites import Prompt
 from structspec.engine.sampling import Sampling
-from structspec.model.llama import amx_backend
+from structspec.model.amx import amx_backend
 
 #: The model-free speculation types of llama.cpp's server (``--spec-type``).
 SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")

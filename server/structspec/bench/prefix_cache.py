@@ -21,7 +21,8 @@ from pathlib import Path
 
 from structspec.bench.prefill import code_tokens
 from structspec.completion.prewarm import prefill_in_chunks
-from structspec.model.llama import LlamaModel, default_model_path
+from structspec.model.llama import LlamaModel
+from structspec.model.paths import default_model_path
 from structspec.model.prefix_cache import PrefixCache
 
 #: Prompt lengths measured (tokens; the longest fits the default 4,096 context).

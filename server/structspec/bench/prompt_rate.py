@@ -32,7 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from structspec.completion.prewarm import PREFILL_CHUNK, prefill_in_chunks
-from structspec.model.llama import LlamaModel, default_model_path, plain_buffers_for_llama
+from structspec.model.amx import plain_buffers_for_llama
+from structspec.model.llama import LlamaModel
+from structspec.model.paths import default_model_path
 
 #: Tokens of each prompt (about a completion's window at a new place).
 PROMPT_TOKENS = 520

@@ -8,7 +8,7 @@ not the plain argmax). The editor benchmark sets it for its language server
 and checks every traced token against the teacher-forced argmax afterwards.
 
 An editor's generation also carries what a replay of it needs
-(``bench/replay.py``: ``recording_from_trace``), when the caller passes it:
+(``bench/recording.py``: ``recording_from_trace``), when the caller passes it:
 ``kind`` (``completion``, ``cancelled`` when an edit cancelled it,
 ``pregeneration``), ``language``, the options (``max_tokens``, ``stop``),
 ``stop_reason``, the margin of the row that chose each token (``margins``;

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from structspec.model.amx import amx_backend, plain_buffers_for_llama, without_amx_buffers
+from structspec.model.amx import without_amx_buffers
 from structspec.model.base import (
     FimTokens,
     Interrupt,
@@ -59,20 +59,9 @@ from structspec.model.base import (
     common_prefix_len,
 )
 from structspec.model.head import HiddenStates, NativeHead, enabled_by_environment
-from structspec.model.paths import check_gguf_file, default_model_path
+from structspec.model.paths import check_gguf_file
 from structspec.model.prefix_cache import RESTORE_MIN, PrefixCache
 from structspec.model.threads import IdleMeter, ThreadGovernor
-
-# ``amx_backend``, ``plain_buffers_for_llama`` and ``default_model_path`` stay
-# importable from here for the benchmark code and its tests, which name this
-# module; new code imports them from ``model/amx.py`` and ``model/paths.py``.
-__all__ = [
-    "LlamaModel",
-    "amx_backend",
-    "check_gguf_file",
-    "default_model_path",
-    "plain_buffers_for_llama",
-]
 
 _llama_backend_ready = False
 _log_callback: object = None  # keeps the ctypes callback alive
