@@ -1,0 +1,209 @@
+"""Model shapes: the builder on tiny shapes (no llama-quantize), the report on canned data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from structspec.bench import shapes
+from structspec.bench.shapes import (
+    SHAPES,
+    render_markdown,
+    synthetic_vocab,
+    window_tokens,
+    write_gguf,
+)
+from structspec.model.llama import LlamaModel
+
+#: One shape per architecture and tokenizer family.
+FAMILIES = ("Qwen2.5-Coder-1.5B", "StarCoder2-3B", "DeepSeek-Coder-1.3B")
+#: The FIM tokens (prefix, suffix, middle) llama.cpp must find by name, per architecture.
+FIM = {
+    "qwen2": ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+    "starcoder2": ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+    "llama": ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
+}
+
+
+def test_the_real_shapes_are_consistent() -> None:
+    for s in SHAPES.values():
+        assert s.n_embd % s.n_head == 0 and s.n_head % s.n_head_kv == 0, s.name
+        assert s.n_embd % 32 == 0 and s.n_ff % 32 == 0, s.name  # whole Q8_0 blocks
+        assert all(i < s.real_tokens for i, _ in s.specials), s.name
+        assert s.source, s.name
+
+
+def test_the_synthetic_vocabulary_has_every_byte_and_the_specials_at_their_ids() -> None:
+    shape = SHAPES["Qwen2.5-Coder-0.5B"]
+    tokens, types, merges = synthetic_vocab(shape)
+    assert len(tokens) == len(types) == shape.n_vocab == 151936
+    assert len(set(tokens)) == len(tokens)
+    assert tokens[151659] == "<|fim_prefix|>" and types[151659] == 3
+    assert tokens[151935] == "[PAD151935]" and types[151935] == 5
+    assert len(merges) == shape.real_tokens - len(shape.specials) - 256
+    assert "Ġ Ġ" in merges  # two spaces merge: indentation is a few tokens, as in code
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_tiny_shape_loads_with_its_architecture_and_fim_tokens(
+    family: str, tmp_path: Path
+) -> None:
+    shape = SHAPES[family].tiny()
+    path = tmp_path / f"{shape.name}.gguf"
+    write_gguf(shape, path)
+    model = LlamaModel.load(path, n_ctx=256, threads=1)
+    try:
+        assert model.metadata("general.architecture") == SHAPES[family].arch
+        assert model.n_embd == shape.n_embd
+        assert model.n_vocab == shape.n_vocab
+        fim = model.fim_tokens()
+        assert fim is not None
+        ids = {text: i for i, text in shape.specials}
+        assert (fim.prefix, fim.suffix, fim.middle) == tuple(ids[t] for t in FIM[shape.arch])
+        text = "def f(x):\n    return x\n"
+        tokens = model.tokenize(text, add_bos=False)
+        assert model.detokenize(tokens) == text
+        assert len(tokens) < len(text)  # the merges apply
+        rows = model.verify(model.tokenize(text)[:4])
+        assert len(rows.argmax) == 4 and all(0 <= t < shape.n_vocab for t in rows.argmax)
+    finally:
+        model.close()
+
+
+def test_a_built_shape_is_not_built_again(tmp_path: Path) -> None:
+    shape = SHAPES["StarCoder2-3B"].tiny()
+    done = shapes.shape_path(shape, tmp_path)
+    done.write_bytes(b"GGUF")  # what a finished build left
+    assert shapes.build_shape(shape, tmp_path, quantize=None) == done
+
+
+def test_without_llama_quantize_the_command_says_how_to_build_it(tmp_path: Path, capsys) -> None:
+    rc = shapes.main(
+        [
+            "--shape",
+            "Qwen2.5-Coder-0.5B",
+            "--cache-dir",
+            str(tmp_path),
+            "--quantize",
+            str(tmp_path / "nope"),
+        ]
+    )
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "llama-quantize" in err[0] and "cmake" in err[0]
+
+
+def test_the_window_is_what_the_prompt_rate_evaluates_in_two_seconds() -> None:
+    assert window_tokens(100.0, default=1536) == 200
+    assert window_tokens(5000.0, default=1536) == 1536
+
+
+def _canned() -> dict:
+    table = [10.0 + 2.0 * n for n in range(16)]
+    return {
+        "command": "python -m structspec.bench.shapes --shape Qwen2.5-Coder-0.5B",
+        "machine": {
+            "cpu": "Test CPU",
+            "cores": 2,
+            "load_average": [9.5, 8.0, 7.0],
+            "load_average_after": [9.0, 8.0, 7.0],
+        },
+        "threads": 2,
+        "prompt_tokens": 256,
+        "decode_tokens": 32,
+        "recordings": ["humaneval-40x128.replay.json"],
+        "random_weights": True,
+        "shapes": {
+            "Qwen2.5-Coder-0.5B": {
+                "file_mb": 380.0,
+                "load_s": 0.4,
+                "rss_mb": 520.0,
+                "prompt_tps": 150.0,
+                "decode_tps": 20.0,
+                "head": "llama.cpp",
+                "verify_ms": {"llama.cpp": table},
+                "window_tokens": 300,
+                "predicted_speedup": 1.8,
+                "predicted_speedup_by_recording": {"humaneval-40x128.replay.json": 1.8},
+            },
+            "default": {
+                "file_mb": 250.0,
+                "load_s": 0.3,
+                "rss_mb": 400.0,
+                "prompt_tps": 900.0,
+                "decode_tps": 40.0,
+                "head": "structspec",
+                "verify_ms": {"structspec": table, "llama.cpp": [t * 2 for t in table]},
+                "window_tokens": 1536,
+                "predicted_speedup": 2.1,
+                "predicted_speedup_by_recording": {"humaneval-40x128.replay.json": 2.1},
+            },
+            "StarCoder2-3B": {"error": "measuring StarCoder2-3B failed: killed"},
+        },
+    }
+
+
+def test_the_report_says_the_weights_are_random_and_shows_both_heads() -> None:
+    text = render_markdown(_canned())
+    assert "weights are random" in text and "speed only" in text
+    assert "Test CPU, 2 CPUs, 2 threads" in text and "9.50, 8.00, 7.00" in text
+    assert "`python -m structspec.bench.shapes --shape Qwen2.5-Coder-0.5B`" in text
+    assert (
+        "| Qwen2.5-Coder-0.5B | 380 | 0.4 | 520 | 150.0 | 20.0 | llama.cpp | 300 | 1.80x |" in text
+    )
+    assert "default (structspec) | default (llama.cpp)" in text
+    assert "| 8 | 24.0 | 24.0 | 48.0 |" in text
+    assert "| StarCoder2-3B | measuring StarCoder2-3B failed: killed |" in text
+
+
+def test_the_json_carries_the_fields_per_shape(tmp_path: Path, monkeypatch) -> None:
+    canned = _canned()["shapes"]
+    measured = {
+        k: {key: v for key, v in r.items() if not key.startswith(("window", "predicted"))}
+        for k, r in canned.items()
+        if "error" not in r
+    }
+    monkeypatch.setattr(
+        shapes,
+        "_measure_in_child",
+        lambda path, args: dict(measured["default" if not path else "Qwen2.5-Coder-0.5B"]),
+    )
+    monkeypatch.setattr(
+        shapes, "predicted_speedups", lambda tables, recs: {n: {"r.json": 1.5} for n in tables}
+    )
+    shape = SHAPES["Qwen2.5-Coder-0.5B"]
+    shapes.shape_path(shape, tmp_path).write_bytes(b"GGUF")
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    rc = shapes.main(
+        [
+            "--shape",
+            shape.name,
+            "--shape",
+            "default",
+            "--cache-dir",
+            str(tmp_path),
+            "--json-out",
+            str(out),
+            "--markdown-out",
+            str(md),
+        ]
+    )
+    assert rc == 0
+    data = json.loads(out.read_text())
+    for name in (shape.name, "default"):
+        r = data["shapes"][name]
+        for key in (
+            "prompt_tps",
+            "decode_tps",
+            "verify_ms",
+            "head",
+            "predicted_speedup",
+            "window_tokens",
+            "rss_mb",
+        ):
+            assert key in r, (name, key)
+    assert data["shapes"][shape.name]["window_tokens"] == 300
+    assert data["shapes"]["default"]["predicted_speedup"] == 1.5
+    assert md.read_text() == render_markdown(data)
