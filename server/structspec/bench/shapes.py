@@ -40,7 +40,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -281,7 +281,7 @@ def synthetic_vocab(shape: Shape) -> tuple[list[str], list[int], list[str]]:
     free = (i for i in range(shape.n_vocab) if tokens[i] is None)
     merges: list[str] = []
 
-    def pieces() -> Any:
+    def pieces() -> Iterator[tuple[str, str]]:
         yield from ((c, "") for c in byte)
         yield from ((a, b) for a in alphabet for b in alphabet)
         yield from ((a + b, c) for a in alphabet for b in alphabet for c in alphabet)
@@ -587,7 +587,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "quality of a suggestion.** Each shape is a GGUF with the real architecture, sizes, "
         "vocabulary size and special/FIM tokens of the model it is named after, "
         "quantized to Q4_K_M by llama.cpp's `llama-quantize` (the head type it gives is "
-        "the one those releases have), so it costs what the real model costs to evaluate.",
+        "the one those releases have), so it costs what the real model costs to evaluate. "
+        "`default` is the embedded default model itself (real weights), measured alike.",
         "",
         f"Command: `{report['command']}`",
         "",
@@ -721,7 +722,15 @@ def run_shapes(args: argparse.Namespace, command: str) -> int:
         r["window_tokens"] = window_tokens(r["prompt_tps"])
         report["shapes"][name] = r
     tables = {n: r["verify_ms"][r["head"]] for n, r in report["shapes"].items() if "error" not in r}
-    for name, by in predicted_speedups(tables, recordings).items():
+    from structspec.bench.replay import ReplayError
+    from structspec.model.base import ModelError
+
+    try:
+        predicted = predicted_speedups(tables, recordings)
+    except (ReplayError, ModelError) as exc:  # a bad recording, no default model
+        print(f"shapes: no predicted speed-up: {exc}", file=sys.stderr)
+        predicted = {}
+    for name, by in predicted.items():
         r = report["shapes"][name]
         r["predicted_speedup_by_recording"] = by
         r["predicted_speedup"] = next(iter(by.values()), None)
