@@ -400,9 +400,10 @@ def write_gguf(shape: Shape, path: Path, *, seed: int = 0) -> None:
 
 
 def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/structspec/shapes`` (``~/.cache`` without it)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "structspec" / "shapes"
+    """``shapes`` in structspec's cache folder (its platform default where caching is off)."""
+    from structspec.model.prefix_cache import cache_home, default_cache_home
+
+    return (cache_home() or default_cache_home()) / "shapes"
 
 
 def shape_path(shape: Shape, cache_dir: Path) -> Path:
@@ -472,7 +473,8 @@ def measure_model(
 
     ``path`` empty: the default model.
     """
-    from structspec.model.llama import LlamaModel, default_model_path
+    from structspec.model.llama import LlamaModel
+    from structspec.model.paths import default_model_path
     from structspec.runtime import measure_verify_cost
 
     file = Path(path) if path else default_model_path()
