@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from structspec.bench import shapes
-from structspec.bench.shapes import (
-    SHAPES,
-    render_markdown,
-    synthetic_vocab,
-    window_tokens,
-    write_gguf,
-)
+from structspec.bench import shape_models, shapes
+from structspec.bench.shape_models import SHAPES, synthetic_vocab, write_gguf
+from structspec.bench.shapes import render_markdown, window_tokens
 from structspec.model.llama import LlamaModel
 
 #: One shape per architecture and tokenizer family.
@@ -74,9 +69,9 @@ def test_a_tiny_shape_loads_with_its_architecture_and_fim_tokens(
 
 def test_a_built_shape_is_not_built_again(tmp_path: Path) -> None:
     shape = SHAPES["StarCoder2-3B"].tiny()
-    done = shapes.shape_path(shape, tmp_path)
+    done = shape_models.shape_path(shape, tmp_path)
     done.write_bytes(b"GGUF")  # what a finished build left
-    assert shapes.build_shape(shape, tmp_path, quantize=None) == done
+    assert shape_models.build_shape(shape, tmp_path, quantize=None) == done
 
 
 def test_without_llama_quantize_the_command_says_how_to_build_it(tmp_path: Path, capsys) -> None:
@@ -174,7 +169,7 @@ def test_the_json_carries_the_fields_per_shape(tmp_path: Path, monkeypatch) -> N
         shapes, "predicted_speedups", lambda tables, recs: {n: {"r.json": 1.5} for n in tables}
     )
     shape = SHAPES["Qwen2.5-Coder-0.5B"]
-    shapes.shape_path(shape, tmp_path).write_bytes(b"GGUF")
+    shape_models.shape_path(shape, tmp_path).write_bytes(b"GGUF")
     out, md = tmp_path / "r.json", tmp_path / "r.md"
     rc = shapes.main(
         [

@@ -50,9 +50,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--suite",
         default="humaneval",
-        help="humaneval (default), mixed, editor, infill, or jsonl:PATH",
+        help="humaneval (default), mixed, editor, infill, shapes (model shapes with random "
+        "weights: speed only), or jsonl:PATH",
     )
     add_model_arguments(p)
+    p.add_argument(
+        "--shape",
+        action="append",
+        help="shapes suite: a model shape to build and measure (repeatable; default: all)",
+    )
+    p.add_argument("--quantize", help="shapes suite: llama.cpp's llama-quantize (default: on PATH)")
     p.add_argument("--limit", type=int, help="first N prompts only (editor: N cursor points)")
     p.add_argument(
         "--before-chars",
@@ -193,6 +200,23 @@ def _sampled_elsewhere(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _run_shapes(args: argparse.Namespace) -> int:
+    """The model-shapes suite (``bench/shapes.py``) with this command's options."""
+    from structspec.bench import shapes
+
+    argv = [f"--shape={name}" for name in args.shape or []]
+    for flag, value in (
+        ("--quantize", args.quantize),
+        ("--threads", args.threads),
+        ("--json-out", args.json_out),
+        ("--markdown-out", args.markdown_out),
+    ):
+        if value:
+            argv.append(f"{flag}={value}")
+    options = shapes.parser(prog="structspec benchmark --suite shapes").parse_args(argv)
+    return shapes.run_shapes(options, "structspec benchmark " + shlex.join(sys.argv[2:]))
+
+
 def _check_bench_extra() -> None:
     """One line naming what to install when the ``structspec[bench]`` extra is missing."""
     missing = missing_extra()
@@ -221,6 +245,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_editor(args)
     if args.suite == "infill":
         return _run_infill(args)
+    if args.suite == "shapes":
+        return _run_shapes(args)
     modes = list(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))
     unknown = [
         m for m in modes if m not in MODES and not _valid_ablation(m) and not _valid_llama_server(m)
