@@ -19,6 +19,10 @@ class FileLimitError(ValueError):
     """A file that is not read: not a regular file, or larger than the limit."""
 
 
+class FileTooLarge(FileLimitError):
+    """A regular file larger than the limit (a caller may skip it quietly)."""
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a directory"
@@ -57,7 +61,7 @@ def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
             raise FileLimitError(f"{path} is {_kind(mode)}, not a regular file")
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise FileLimitError(f"{path} is larger than {size_text(limit)}")
+        raise FileTooLarge(f"{path} is larger than {size_text(limit)}")
     return data
 
 

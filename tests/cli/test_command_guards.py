@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from structspec.commands.mine import MAX_FILE_BYTES, read_regular_file
+from structspec.commands.mine import MAX_FILE_BYTES, read_code
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,19 +135,18 @@ def test_editor_variant_is_checked_before_any_server_starts(
 # -- mine: regular files only --------------------------------------------------------
 
 
-def test_read_regular_file_refuses_special_files(tmp_path: Path) -> None:
+def test_mine_reads_code_files_bounded(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.py"
     os.mkfifo(fifo)
     zero = tmp_path / "zero.py"
     zero.symlink_to("/dev/zero")
-    with pytest.raises(ValueError, match="FIFO"):
-        read_regular_file(fifo, 100)
-    with pytest.raises(ValueError, match="device"):
-        read_regular_file(zero, 100)
+    assert read_code(fifo) is None  # skipped with a warning, never blocking
+    assert read_code(zero) is None  # never read to its (missing) end
     big = tmp_path / "big.py"
-    big.write_bytes(b"x" * 101)
-    assert read_regular_file(big, 100) is None
-    assert read_regular_file(big, 101) == b"x" * 101
+    big.write_bytes(b"x" * (MAX_FILE_BYTES + 1))
+    assert read_code(big) is None
+    big.write_bytes(b"x" * MAX_FILE_BYTES)
+    assert read_code(big) == "x" * MAX_FILE_BYTES
     assert MAX_FILE_BYTES >= 100_000
 
 

@@ -27,6 +27,7 @@ from structspec.drafts.rules import (
     mine_rules,
     vocab_fingerprint,
 )
+from structspec.files import FileLimitError, FileTooLarge, read_bounded
 
 #: Files larger than this are skipped (generated tables, not code people write).
 MAX_FILE_BYTES = 1_000_000
@@ -134,50 +135,19 @@ def _skip(path: Path, why: object) -> None:
     print(f"structspec: warning: skipping {path}: {why}", file=sys.stderr)
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
-def read_regular_file(path: Path, limit: int) -> bytes | None:
-    """At most ``limit`` bytes of a regular file; ``None`` if it is larger.
-
-    Raises ``ValueError`` naming the kind of anything else (FIFO, device,
-    socket, also behind a symlink such as ``x.py -> /dev/zero``): reading one
-    could block forever or never end. The file is opened non-blocking and
-    checked again on the open descriptor, so swapping it for a FIFO between
-    the two checks cannot hang the read either.
-    """
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise ValueError(_kind(mode))
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise ValueError(_kind(mode))
-        data = f.read(limit + 1)
-    return None if len(data) > limit else data
-
-
 def read_code(path: Path) -> str | None:
     """The text of a code file, or ``None`` for files that are not UTF-8 text or too large.
 
     Anything but a regular file is skipped with a warning on stderr.
     """
     try:
-        data = read_regular_file(path, MAX_FILE_BYTES)
-    except ValueError as kind:
-        _skip(path, kind)
+        data = read_bounded(path, MAX_FILE_BYTES)
+    except FileTooLarge:
+        return None
+    except FileLimitError as exc:  # a FIFO, a device: reading it could block or never end
+        _skip(path, exc)
         return None
     except OSError:
-        return None
-    if data is None:
         return None
     if b"\0" in data:
         return None
