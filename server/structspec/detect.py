@@ -22,6 +22,7 @@ modification time.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
 import re
@@ -244,6 +245,18 @@ def _hf_name(path: Path) -> str:
 _FIM_TOKEN = re.compile(r"^<(\|)?fim[_▁-]?(prefix|begin|pre)(\|)?>$", re.IGNORECASE)
 
 
+@functools.cache
+def _file_type_names() -> dict[int, str]:
+    """llama.cpp's names of its file types (``general.file_type``): 15 is ``Q4_K_M``."""
+    import llama_cpp
+
+    return {
+        getattr(llama_cpp, name): name.removeprefix("LLAMA_FTYPE_").removeprefix("MOSTLY_")
+        for name in dir(llama_cpp)
+        if name.startswith("LLAMA_FTYPE_") and isinstance(getattr(llama_cpp, name), int)
+    }
+
+
 def read_gguf(path: Path) -> dict[str, Any]:
     """Metadata of one GGUF file (raises ``OSError`` or ``ValueError`` on unreadable files)."""
     header = read_header(path, arrays=("tokenizer.ggml.tokens",))
@@ -252,12 +265,7 @@ def read_gguf(path: Path) -> dict[str, Any]:
     file_type = numbers.get("general.file_type")
     quant = ""
     if isinstance(file_type, int):
-        import gguf  # the names of llama.cpp's file types
-
-        try:
-            quant = gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_")
-        except ValueError:
-            quant = f"file_type {file_type}"
+        quant = _file_type_names().get(file_type, f"file_type {file_type}")
     context = numbers.get(f"{arch}.context_length") if arch else None
     fim = all(f"tokenizer.ggml.fim_{k}_token_id" in numbers for k in ("pre", "suf", "mid"))
     tokens = header.arrays.get("tokenizer.ggml.tokens")

