@@ -255,7 +255,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += [
             "",
             "`head`: the code that computes a verification pass's logits (`model/head.py` "
-            "takes a Q8_0 head; any other head type keeps llama.cpp's).",
+            "takes Q8_0 and Q6_K heads on CPUs with AVX2, AVX-VNNI or AVX-512 VNNI, once it "
+            "agrees with llama.cpp's logits at load; anything else keeps llama.cpp's).",
         ]
     return "\n".join(lines) + "\n"
 
