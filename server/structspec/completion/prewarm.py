@@ -34,8 +34,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
 from structspec.model.base import Interrupted, Model, common_prefix_len
-from structspec.model.extras import kv_slots
-from structspec.model.prefix_cache import RESTORE_MIN, PrefixCache
+from structspec.model.extras import kv_slots, prefix_cache
+from structspec.model.prefix_cache import RESTORE_MIN
 
 #: Tokens evaluated between two checks of the stop condition.
 PREFILL_CHUNK = 128
@@ -144,8 +144,8 @@ def restorable_prefix(model: Model, tokens: Sequence[int]) -> int:
     (``prompt.to_evaluate``). Only what the model itself would restore:
     ``RESTORE_MIN`` tokens or more (``model.prefix_cache``).
     """
-    cache = getattr(model, "prefix_cache", None)  # LlamaModel and the stand-in have one
-    if not isinstance(cache, PrefixCache):
+    cache = prefix_cache(model)
+    if cache is None:
         return 0
     _, common = cache.best(tokens)
     return common if common >= RESTORE_MIN else 0

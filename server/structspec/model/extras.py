@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from structspec.model.base import Interrupt, Model
+from structspec.model.prefix_cache import PrefixCache
 
 
 @runtime_checkable
@@ -124,6 +125,12 @@ def kv_slots(model: Model) -> SlottedModel | None:
 def gguf_extras(model: Model) -> GGUFModel | None:
     """``model`` as a ``GGUFModel`` when it is one, else ``None``."""
     return model if isinstance(model, GGUFModel) else None
+
+
+def prefix_cache(model: Model) -> PrefixCache | None:
+    """``model``'s on-disk prompt-prefix cache (``model/prefix_cache.py``), if it has one."""
+    cache = getattr(model, "prefix_cache", None)  # LlamaModel and the stand-in carry one
+    return cache if isinstance(cache, PrefixCache) else None
 
 
 def close_model(model: Model | None) -> None:
