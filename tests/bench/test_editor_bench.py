@@ -234,6 +234,11 @@ def test_servers_get_the_default_settings(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert trace.TRACE_ENV not in typist.server_env(None)
 
 
+def test_servers_never_read_an_earlier_runs_prompt_cache(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("STRUCTSPEC_CACHE_DIR", "/somewhere/with/saved/prompts")
+    assert typist.server_env(None)["STRUCTSPEC_CACHE_DIR"] == ""  # set and empty: off
+
+
 def test_limit_takes_the_first_points_of_every_file_in_turn(tmp_path: Path):
     files = []
     for name in ("a.py", "b.py"):

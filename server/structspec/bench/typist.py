@@ -34,6 +34,7 @@ from structspec.bench.points import (
 from structspec.completion.trace import TRACE_ENV
 from structspec.completion.types import ERROR, IDLE, NOT_LOADED
 from structspec.config import Settings
+from structspec.model.prefix_cache import CACHE_DIR_ENV
 
 Out = Callable[[str], None]
 
@@ -55,12 +56,17 @@ ARRIVE_S = 1.0
 
 
 def server_env(trace: Path | None) -> dict[str, str]:
-    """This tree's code, the default settings (no config file, no setting's variable), a trace."""
+    """This tree's code, the default settings (no config file, no setting's variable), a trace.
+
+    The on-disk prompt-prefix cache is off (``STRUCTSPEC_CACHE_DIR`` empty): an
+    earlier run's saved prompts would make every "new place" of this one warm.
+    """
     settings = {f"STRUCTSPEC_{f.name.upper()}" for f in dataclasses.fields(Settings)}
     env = {k: v for k, v in os.environ.items() if k not in settings}
     server_dir = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (server_dir, env.get("PYTHONPATH")) if p)
     env["STRUCTSPEC_CONFIG"] = os.devnull  # not a file: the defaults
+    env[CACHE_DIR_ENV] = ""
     if trace is not None:
         env[TRACE_ENV] = str(trace)
     return env
