@@ -87,7 +87,7 @@ def test_without_llama_quantize_the_command_says_how_to_build_it(tmp_path: Path,
     )
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "llama-quantize" in err[0] and "cmake" in err[0]
+    assert len(err) == 1 and "llama-quantize" in err[0] and "tools/build-llama-server.sh" in err[0]
 
 
 def test_the_window_is_what_the_prompt_rate_evaluates_in_two_seconds() -> None:
