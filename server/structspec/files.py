@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import BinaryIO
 
 MIB = 1 << 20
 
@@ -44,21 +45,38 @@ def size_text(n: int) -> str:
     return f"{n} bytes"
 
 
-def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
-    """The bytes of the regular file at ``path``, at most ``limit`` of them.
+def open_regular(path: str | os.PathLike[str], *, follow_links: bool = True) -> BinaryIO:
+    """``path`` opened for reading, which must be a regular file.
 
-    Raises ``FileLimitError`` for anything but a regular file (also behind a
-    symlink such as ``x -> /dev/zero``) and for a file larger than ``limit``;
-    ``OSError`` when it cannot be opened. The file is opened non-blocking and
-    checked on the open descriptor, so neither the open (a FIFO with no
-    writer) nor the read can block, and swapping the file for a FIFO after a
-    check by name cannot either.
+    Opened non-blocking and checked with ``fstat`` on the open descriptor, so
+    neither the open (a FIFO with no writer) nor a read can block, and swapping
+    the file for a FIFO after a check by name cannot either. Raises
+    ``FileLimitError`` for anything but a regular file (also behind a symlink
+    such as ``x -> /dev/zero``), ``OSError`` when it cannot be opened (with
+    ``follow_links=False``, also when ``path`` is a symlink).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise FileLimitError(f"{path} is {_kind(mode)}, not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of the regular file at ``path`` (``open_regular``), at most ``limit`` of them.
+
+    Raises ``FileLimitError`` for anything but a regular file and
+    ``FileTooLarge`` for a file larger than ``limit``; ``OSError`` when it
+    cannot be opened.
+    """
+    with open_regular(path) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise FileTooLarge(f"{path} is larger than {size_text(limit)}")

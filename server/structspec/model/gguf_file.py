@@ -21,11 +21,12 @@ maps the whole file and builds an object per element of every array (a
 from __future__ import annotations
 
 import os
-import stat
 import struct
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
+
+from structspec import files
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 had 32-bit counts; llama.cpp reads 2 and 3 too
@@ -73,21 +74,15 @@ class GGUFHeader:
 
 
 def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
-    """``path`` opened for reading, which must be a regular file.
+    """``path`` opened for reading, which must be a regular file (``files.open_regular``).
 
-    Opened non-blocking and checked with ``fstat`` on the open descriptor: a
-    FIFO, socket or device would block the open or the read, hanging whoever
-    reads. Raises ``OSError`` when it cannot be opened, ``GGUFError`` for
-    anything but a regular file.
+    Raises ``OSError`` when it cannot be opened, ``GGUFError`` for anything
+    but a regular file (a FIFO, socket or device would block or never end).
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise GGUFError(f"not a regular file (a FIFO, socket or device?): {path}")
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+        return files.open_regular(path)
+    except files.FileLimitError as exc:
+        raise GGUFError(str(exc)) from None
 
 
 def read_magic(path: str | os.PathLike[str]) -> bytes:

@@ -40,7 +40,6 @@ import hashlib
 import json
 import logging
 import os
-import stat
 import struct
 import sys
 import tempfile
@@ -49,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from structspec.files import FileLimitError, open_regular
 from structspec.model.base import common_prefix_len
 
 log = logging.getLogger(__name__)
@@ -324,11 +324,10 @@ def _pack_tokens(tokens: Sequence[int]) -> bytes:
 
 def _open_regular(path: Path) -> BinaryIO:
     """Open ``path`` for reading only if it is a regular file (no FIFO, device or link)."""
-    st = path.lstat()
-    if not stat.S_ISREG(st.st_mode):
-        raise _Damaged("not a regular file")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    return os.fdopen(fd, "rb")
+    try:
+        return open_regular(path, follow_links=False)
+    except FileLimitError as exc:
+        raise _Damaged(str(exc)) from None
 
 
 def _read_header(fh: BinaryIO) -> dict[str, object]:
