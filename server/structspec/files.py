@@ -1,19 +1,28 @@
-"""Bounded reads of files named from outside (a setting, a flag, the environment).
+"""Files named from outside (a setting, a flag, the environment), and structspec's cache folder.
 
 A path from outside may name anything: a FIFO with no writer (the read blocks
 forever), ``/dev/zero`` (it never ends), a socket, or a regular file far larger
 than any input structspec reads. ``read_bounded`` reads only regular files,
 at most ``limit`` bytes, and never blocks; whatever else it meets is a
 ``FileLimitError`` whose message is one line for the user.
+
+structspec's own cache folder (cost tables, saved prompt prefixes, built model
+shapes) is ``$STRUCTSPEC_CACHE_DIR``, else the platform's user cache folder
+(``cache_home``).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import sys
+from pathlib import Path
 from typing import BinaryIO
 
 MIB = 1 << 20
+#: Environment variable naming structspec's cache folder; set but empty turns
+#: the prompt-prefix cache off.
+CACHE_DIR_ENV = "STRUCTSPEC_CACHE_DIR"
 
 
 class FileLimitError(ValueError):
@@ -86,3 +95,32 @@ def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
 def read_bounded_text(path: str | os.PathLike[str], limit: int, *, errors: str = "strict") -> str:
     """``read_bounded`` decoded as UTF-8 (``UnicodeDecodeError`` with ``errors="strict"``)."""
     return read_bounded(path, limit).decode("utf-8", errors)
+
+
+def cache_home() -> Path | None:
+    """structspec's cache folder: ``$STRUCTSPEC_CACHE_DIR``, else the platform's user cache.
+
+    ``None`` when the variable is set but empty (the caller caches nothing on disk).
+    """
+    value = os.environ.get(CACHE_DIR_ENV)
+    if value is not None:
+        return Path(value).expanduser() if value.strip() else None
+    return default_cache_home()
+
+
+def default_cache_home() -> Path:
+    """The platform's user cache folder for structspec (``~/.cache/structspec`` on Linux)."""
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "structspec"
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "structspec" / "Cache"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "structspec"
+
+
+def kept_cache_folder(name: str) -> Path:
+    """``name`` in structspec's cache folder, for caches kept even where
+    ``STRUCTSPEC_CACHE_DIR`` is set empty (cost tables, built model shapes): the
+    platform's folder then."""
+    return (cache_home() or default_cache_home()) / name

@@ -41,10 +41,11 @@ from structspec.engine.control import (
     measure_cost,
 )
 from structspec.engine.decode import Engine
+from structspec.files import kept_cache_folder
 from structspec.model.base import Model, ModelError
 from structspec.model.extras import GGUFModel, gguf_extras, threaded
 from structspec.model.head import chosen_isa
-from structspec.model.prefix_cache import PrefixCache, cache_home, default_cache_home
+from structspec.model.prefix_cache import PrefixCache
 from structspec.model.standin import StandInModel
 from structspec.model.threads import IdleMeter
 
@@ -256,7 +257,7 @@ def _cost_cache_path(model: GGUFModel, threads: int) -> Path:
         ]
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return (cache_home() or default_cache_home()) / "cost" / f"{digest}.json"
+    return kept_cache_folder("cost") / f"{digest}.json"
 
 
 def make_planner(cost: CostModel, sources: Sequence[DraftSource] = ()) -> DraftPlanner:

@@ -18,13 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from structspec.files import cache_home, default_cache_home
 from structspec.model import prefix_cache
 from structspec.model.prefix_cache import (
     RESTORE_MIN,
     SAVE_GAP,
     PrefixCache,
-    cache_home,
-    default_cache_home,
 )
 from structspec.model.standin import StandInModel
 from structspec.runtime import open_model

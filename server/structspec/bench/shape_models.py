@@ -365,9 +365,9 @@ def write_gguf(shape: Shape, path: Path, *, seed: int = 0) -> None:
 
 def default_cache_dir() -> Path:
     """``shapes`` in structspec's cache folder (its platform default where caching is off)."""
-    from structspec.model.prefix_cache import cache_home, default_cache_home
+    from structspec.files import kept_cache_folder
 
-    return (cache_home() or default_cache_home()) / "shapes"
+    return kept_cache_folder("shapes")
 
 
 def shape_path(shape: Shape, cache_dir: Path) -> Path:

@@ -34,7 +34,7 @@ from structspec.bench.points import (
 from structspec.completion.trace import TRACE_ENV
 from structspec.completion.types import ERROR, IDLE, NOT_LOADED
 from structspec.config import Settings
-from structspec.model.prefix_cache import CACHE_DIR_ENV
+from structspec.files import CACHE_DIR_ENV
 
 Out = Callable[[str], None]
 

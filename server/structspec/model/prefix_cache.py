@@ -41,22 +41,18 @@ import json
 import logging
 import os
 import struct
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from structspec.files import FileLimitError, open_regular
+from structspec.files import FileLimitError, cache_home, open_regular
 from structspec.model.base import common_prefix_len
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"SSPREFX1"
-#: Environment variable naming structspec's cache folder; set but empty turns
-#: the prompt-prefix cache off.
-CACHE_DIR_ENV = "STRUCTSPEC_CACHE_DIR"
 #: Default size cap of the prefix folder.
 DEFAULT_MAX_BYTES = 1 << 30
 #: A header longer than this is damage, not an entry.
@@ -84,28 +80,6 @@ class SavesState(Protocol):
         (possibly empty) and ``cached_tokens`` says what it holds.
         """
         ...
-
-
-def cache_home() -> Path | None:
-    """structspec's cache folder: ``$STRUCTSPEC_CACHE_DIR``, else the platform's user cache.
-
-    ``None`` when the variable is set but empty (the caller caches nothing on disk).
-    """
-    value = os.environ.get(CACHE_DIR_ENV)
-    if value is not None:
-        return Path(value).expanduser() if value.strip() else None
-    return default_cache_home()
-
-
-def default_cache_home() -> Path:
-    """The platform's user cache folder for structspec (``~/.cache/structspec`` on Linux)."""
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "structspec"
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "structspec" / "Cache"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "structspec"
 
 
 @dataclass(frozen=True)
