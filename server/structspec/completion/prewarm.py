@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterator, Sequence
 
 from structspec.model.base import Interrupted, Model, common_prefix_len
 from structspec.model.extras import kv_slots, prefix_cache
-from structspec.model.prefix_cache import RESTORE_MIN
 
 #: Tokens evaluated between two checks of the stop condition.
 PREFILL_CHUNK = 128
@@ -145,10 +144,7 @@ def restorable_prefix(model: Model, tokens: Sequence[int]) -> int:
     ``RESTORE_MIN`` tokens or more (``model.prefix_cache``).
     """
     cache = prefix_cache(model)
-    if cache is None:
-        return 0
-    _, common = cache.best(tokens)
-    return common if common >= RESTORE_MIN else 0
+    return 0 if cache is None else cache.restorable(tokens)[1]
 
 
 def prefill_in_chunks(

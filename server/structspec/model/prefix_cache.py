@@ -140,6 +140,16 @@ class PrefixCache:
         self.hits += 1
         return payload
 
+    def restorable(self, tokens: Sequence[int], reused: int = 0) -> tuple[Entry | None, int]:
+        """The entry ``restore`` would read back for ``tokens``, and the tokens it would give.
+
+        ``(None, 0)`` unless it spares ``RESTORE_MIN`` tokens or more beyond ``reused``.
+        """
+        entry, common = self.best(tokens)
+        if entry is None or common < reused + RESTORE_MIN:
+            return None, 0
+        return entry, common
+
     def restore(self, model: SavesState, tokens: Sequence[int], reused: int) -> int:
         """Read back the saved state sharing most with ``tokens`` into ``model``.
 
@@ -149,8 +159,8 @@ class PrefixCache:
         back to it): ``reused`` where nothing was restored, 0 where a refused
         state left the cache empty.
         """
-        entry, common = self.best(tokens)
-        if entry is None or common < reused + RESTORE_MIN:
+        entry, common = self.restorable(tokens, reused)
+        if entry is None:
             return reused
         data = self.load(entry)
         if data is None:
