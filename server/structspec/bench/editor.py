@@ -75,7 +75,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +91,7 @@ from structspec.bench.points import (
     language_id,
     plan_points,
 )
+from structspec.bench.remote_editor import REMOTE, REMOTE_PACED, RemoteEngine
 from structspec.bench.typist import Out, ReplayedServer, start_server
 from structspec.config import Settings
 
@@ -225,6 +226,7 @@ def run_editor_benchmark(
     log_dir: Path | None = None,
     record: Path | None = None,
     variant: dict[str, Any] | None = None,
+    backend: RemoteEngine | None = None,
 ) -> dict[str, Any]:
     """Replay typing through ``files`` in every configuration; print a report; return the numbers.
 
@@ -240,7 +242,9 @@ def run_editor_benchmark(
     recording for ``structspec benchmark --replay`` to ``record``
     (``bench/recording.py``: ``recording_from_trace``). ``variant``: settings (LSP
     spelling, as ``initializationOptions``) of one more configuration typed in
-    turn with the others, and of one more paced one.
+    turn with the others, and of one more paced one. ``backend``: a remote
+    engine typed through by two more configurations, ``remote`` and ``remote,
+    paced`` (``bench/remote_editor.py``).
     """
     files = list(files) or default_files()
     if not files:
@@ -253,8 +257,10 @@ def run_editor_benchmark(
     languages: dict[str, int] = {}
     for name in files:
         languages[language_id(name)] = languages.get(language_id(name), 0) + 1
-    runs = _Configurations(model, threads, timeout_s, log_dir, variant, paced=paced)
+    runs = _Configurations(model, threads, timeout_s, log_dir, variant, backend, paced=paced)
     print_plan(files, languages, points, runs.variant_label, threads, out)
+    if backend is not None:
+        out(f"  remote engine: {backend.label}")
     with tempfile.TemporaryDirectory(prefix="structspec-editor-") as tmp:
         trace = Path(tmp) / "trace.jsonl" if exactness else None
         if record is not None:
@@ -268,6 +274,7 @@ def run_editor_benchmark(
             checked = _check_and_record(model, threads, trace, exactness, record, out)
     loaded = runs.loaded_names(contention)
     n = report_results(results, len(points), loaded, _loops(contention), checked, model, out)
+    remote = backend.report(out) if backend is not None else None
     return {
         "suite": "editor",
         "files": files,
@@ -281,6 +288,7 @@ def run_editor_benchmark(
         "speculation_decode_ratio": round(n.speculation_decode_ratio, 2),
         "contention_ratio": round(n.contention_ratio, 2),
         "exactness": n.exactness,
+        "remote": remote,
     }
 
 
@@ -294,6 +302,7 @@ class _Configurations:
         timeout_s: float,
         log_dir: Path | None,
         variant: dict[str, Any] | None,
+        backend: RemoteEngine | None,
         *,
         paced: bool,
     ) -> None:
@@ -305,11 +314,18 @@ class _Configurations:
         # The ones replayed again under contention: the defaults and the variant.
         self.loaded_configs = [("structspec", {}), *self.variants]
         self.paced_configs = [(PACED, {}), *((variant_name(PACED, v), v) for _, v in self.variants)]
+        self.backend = backend
+        if backend is not None:
+            self.configs.append((REMOTE, backend.options))
+            self.paced_configs.append((REMOTE_PACED, backend.options))
 
     def server(
         self, name: str, options: dict[str, Any], *, paced: bool = False, trace: Path | None = None
     ) -> ReplayedServer:
-        return ReplayedServer(
+        make: Callable[..., ReplayedServer] = ReplayedServer
+        if self.backend is not None and name in (REMOTE, REMOTE_PACED):
+            make = self.backend.server
+        return make(
             name,
             options,
             self.model,
