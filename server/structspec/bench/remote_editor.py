@@ -83,6 +83,8 @@ class EngineLog:
         A cancel or a finish is matched to its task wherever it is in the log:
         the server writes them after the span that started the task, maybe.
         """
+        if not self.path.is_file():  # a running engine that has not written it yet
+            return EngineTasks()
         first_seen: dict[int, int] = {}
         cancelled: set[int] = set()
         kept: set[int] = set()
