@@ -9,7 +9,13 @@ from tests.helpers.fake_backends import LLAMA, Behaviour, FakeBackend
 
 from structspec.bench import typist
 from structspec.bench.editor import run_editor_benchmark
-from structspec.bench.remote_editor import REMOTE, REMOTE_PACED, EngineLog, running_engine
+from structspec.bench.remote_editor import (
+    REMOTE,
+    REMOTE_PACED,
+    EngineLog,
+    kept_generating,
+    running_engine,
+)
 from structspec.cli import main
 
 #: What llama-server writes for a task started, cancelled, finished (its own log's lines).
@@ -49,6 +55,19 @@ def test_the_engine_log_counts_the_tasks_started_in_the_spans(tmp_path: Path):
     assert (tasks.requests, tasks.closed, tasks.kept_generating) == (3, 3, 1)
     assert EngineLog(log).tasks([]).requests == 0
     assert EngineLog(tmp_path / "none.log").tasks([(0, 10)]).requests == 0
+
+
+def test_only_decoding_past_the_pass_in_flight_at_the_cancel_is_kept_generating():
+    # Its one token came out of the prompt's evaluation in flight (a stop string met).
+    assert not kept_generating(10.0, 12.2, 0.0, 1)
+    # Cancelled during its last pass (35 ms a token): the pass in flight.
+    assert not kept_generating(10.0, 10.03, 350.0, 11)
+    # Decoded for 300 ms after the cancel: it kept generating.
+    assert kept_generating(10.0, 10.3, 350.0, 11)
+    # Cancelled while its prompt was evaluated, then decoded all its tokens.
+    assert kept_generating(10.0, 12.0, 350.0, 11)
+    # No timestamps in the log: any decode pass after the prompt's counts.
+    assert kept_generating(None, None, 35.0, 2) and not kept_generating(None, None, 0.0, 1)
 
 
 def test_the_replay_types_through_a_llama_server(tmp_path: Path):

@@ -14,9 +14,12 @@ tell is read from llama-server's own log (``EngineLog``):
 - *closed while generating*: tasks the server cancelled because the language
   server closed the stream (``cancel task``: a new keystroke, or a cut by the
   line policy or a budget);
-- *kept generating*: of those, the ones that still ran to their end (their
-  timings printed after the cancel). Must be 0: a closed stream stops the
-  server's work.
+- *kept generating*: of those, the ones that went on decoding after the
+  cancel (``kept_generating``). Must be 0: a closed stream stops the server's
+  work. llama.cpp cannot stop a pass midway, so the pass in flight when the
+  cancel comes may still end the task normally (its timings printed after the
+  cancel, a stop string met by its one token): that is not counted, only more
+  generation than that pass, timed by the log's timestamps.
 
 A closed connection the server never noticed would not be in its log at all;
 llama-server polls the connection while it generates (its HTTP layer's
@@ -53,7 +56,35 @@ STARTED_ARGS = ("--cache-reuse", "256")
 #: llama-server's log lines (``server-context.cpp``, ``server-queue.cpp``).
 _STARTED = re.compile(rb"\| task (\d+) \| processing task")
 _CANCELLED = re.compile(rb"cancel task, id_task = (\d+)")
-_FINISHED = re.compile(rb"\| task (\d+) \|\s+eval time =")
+_FINISHED = re.compile(rb"\| task (\d+) \|\s+eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
+#: The log's timestamp (``--log-timestamps``, on by default): minutes.seconds.ms.us.
+_TIMESTAMP = re.compile(rb"^(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) ")
+
+
+def _seconds(line: bytes) -> float | None:
+    m = _TIMESTAMP.match(line)
+    if m is None:
+        return None
+    return int(m[1]) * 60 + int(m[2]) + int(m[3]) / 1e3 + int(m[4]) / 1e6
+
+
+def kept_generating(
+    cancelled_at: float | None, finished_at: float | None, eval_ms: float, tokens: int
+) -> bool:
+    """Did a task that finished after its cancel go on decoding past the pass in flight?
+
+    Its first token comes out of the prompt's evaluation: one token, no decode
+    pass after it. Else the generation after the cancel (from the later of
+    the cancel and the generation's start) is compared with two tokens' time;
+    without timestamps any decode pass counts.
+    """
+    if tokens <= 1:
+        return False
+    if cancelled_at is None or finished_at is None:
+        return True
+    per_token = eval_ms / 1000.0 / (tokens - 1)
+    after = finished_at - max(cancelled_at, finished_at - eval_ms / 1000.0)
+    return after > 2 * per_token
 
 
 @dataclass(frozen=True)
@@ -86,7 +117,7 @@ class EngineLog:
         if not self.path.is_file():  # a running engine that has not written it yet
             return EngineTasks()
         first_seen: dict[int, int] = {}
-        cancelled: set[int] = set()
+        cancelled: dict[int, float | None] = {}  # task: when
         kept: set[int] = set()
         offset = 0
         with self.path.open("rb") as fh:
@@ -95,12 +126,14 @@ class EngineLog:
                     first_seen.setdefault(int(m[1]), offset)
                 elif m := _CANCELLED.search(line):
                     first_seen.setdefault(int(m[1]), offset)
-                    cancelled.add(int(m[1]))
+                    cancelled[int(m[1])] = _seconds(line)
                 elif (m := _FINISHED.search(line)) and int(m[1]) in cancelled:
-                    kept.add(int(m[1]))
+                    when = cancelled[int(m[1])]
+                    if kept_generating(when, _seconds(line), float(m[2]), int(m[3])):
+                        kept.add(int(m[1]))
                 offset += len(line)
         mine = {t for t, at in first_seen.items() if any(a <= at < b for a, b in spans)}
-        return EngineTasks(len(mine), len(mine & cancelled), len(mine & kept))
+        return EngineTasks(len(mine), len(mine & cancelled.keys()), len(mine & kept))
 
 
 class RemoteReplayedServer(ReplayedServer):
@@ -176,7 +209,7 @@ class RemoteEngine:
             "(read from llama-server's log while the lines were typed: engine requests, its "
             "tasks, target well below 1 per keystroke; closed while generating, the streams "
             "the language server closed that the server cancelled; kept generating, those "
-            "that still ran to their end, target 0)"
+            "that went on decoding past the pass in flight at the cancel, target 0)"
         )
         return numbers
 
