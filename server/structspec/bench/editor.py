@@ -63,7 +63,9 @@ This module runs the configurations and checks the trace; the cursor points
 and the editor's edits are ``bench/points.py``, the simulated user against
 one server ``bench/typist.py`` (over ``bench/lsp_client.py``), what it
 measures ``bench/editor_stats.py`` and the printed report
-``bench/editor_report.py``.
+``bench/editor_report.py``. With a remote engine (``backend``), two more
+configurations, ``remote`` and ``remote, paced``, type through it, and what
+its log says is reported after the rest (``bench/remote_editor.py``).
 """
 
 from __future__ import annotations
