@@ -190,14 +190,14 @@ class RemoteEngine:
         if self.log is None:
             out("  engine requests not counted: no log of the engine (--backend-log FILE)")
             return {"backend": self.label}
-        width = max(len(s.name) for s in self.servers)
+        width = max((len(s.name) for s in self.servers), default=len("configuration"))
         out(
             f"{'configuration':<{width}}  keys  engine requests  per keystroke  "
             "closed while generating  kept generating"
         )
         numbers: dict[str, Any] = {"backend": self.label}
         for s in self.servers:
-            tasks = s.log.tasks(s.spans) if s.log else EngineTasks()
+            tasks = self.log.tasks(s.spans)
             keys = s.keystrokes()
             per_key = tasks.requests / keys if keys else 0.0
             out(

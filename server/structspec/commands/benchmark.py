@@ -455,7 +455,7 @@ def _editor_backend(
         return
     if not os.access(args.llama_server, os.X_OK):
         raise UserError(f"--llama-server {args.llama_server}: not an executable file")
-    if settings.model == "standin":
+    if settings.model.startswith("standin"):
         raise UserError("--llama-server needs a GGUF model, not the stand-in")
     from structspec.model.paths import default_model_path
 
