@@ -1,0 +1,133 @@
+"""The editor benchmark's "jump and type" part: a plain client arriving at new places.
+
+Editors without ``structspec/didMoveCursor`` (Helix, Emacs, Sublime, Neovim
+without the optional snippet) tell the server nothing when the user arrives
+somewhere: the first the server hears of a new place is the user's edit there.
+``JumpServer`` plays such a user at the editor benchmark's cursor points
+(``bench/points.py``), in their order (each file's first point, then each
+file's second, ...). At each point the user arrives: opens the file (the
+first point of a file) or jumps within it, far from the last place (a file's
+later points); deletes the line's text back to its indentation (one
+``didChange``) and at once types the line's real text (not the model's
+suggestion), a key every ``PACE_MS``, one request at a time (when an answer
+takes longer than the pace, the next key waits for it, so each answer's
+empty reason is known). Leaving, the user puts back the rest of the line
+(one ``didChange``, no request), so the file is the real file again for its
+next point.
+
+Per place (``JumpPlace``, ``bench/editor_stats.py``): every keystroke's
+answer (ms from the key, served by the model or without it, shown or not),
+the server's empty reason of each empty answer (the growth of its status'
+``stats.emptyReasons``, asked after each answer, not timed), and the time from
+arriving (the first message at the place) to the first suggestion shown.
+``jump_summary`` sums them up and ``editor_report.jump_report`` prints them; the model's
+own choice (``model-empty``, ``stop-rule``) is counted apart from the answers
+lost on the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from structspec.bench import typist
+from structspec.bench.editor_stats import UNCOUNTED, Answer, JumpPlace, without_model
+from structspec.bench.points import Point, offset_at, position_at, utf16_len
+from structspec.bench.typist import ReplayedServer
+
+#: The jump-and-type configuration's name (the defaults, a plain client).
+JUMP = "structspec, jump"
+
+
+def original_text(point: Point) -> str:
+    """The point's document with its line's real text in place (``point.text`` has it cleared)."""
+    at = offset_at(point.text, point.line, utf16_len(point.indent))
+    return point.text[:at] + point.typed + point.rest + point.text[at:]
+
+
+def grown_reason(before: dict[str, int], after: dict[str, int]) -> str:
+    """The empty reason whose count grew most between two ``emptyReasons`` (``UNCOUNTED``: none)."""
+    grown = {r: n - before.get(r, 0) for r, n in after.items() if n > before.get(r, 0)}
+    return max(grown, key=lambda r: grown[r]) if grown else UNCOUNTED
+
+
+class JumpServer(ReplayedServer):
+    """A server typed at by a plain client that jumps to new places and types at once."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.texts: dict[str, str] = {}  # each open document's text
+        self.reasons: dict[str, int] = {}  # the status' ``emptyReasons`` so far
+
+    def _arrive(self, point: Point) -> tuple[bool, int]:
+        """Open the point's file or jump within it, and clear its line; (opened, cursor)."""
+        opened = point.uri not in self.opened
+        if opened:
+            self.opened[point.uri] = 1
+            self.texts[point.uri] = original_text(point)
+            self.client.notify(
+                "textDocument/didOpen",
+                {
+                    "textDocument": {
+                        "uri": point.uri,
+                        "languageId": point.language,
+                        "version": 1,
+                        "text": self.texts[point.uri],
+                    }
+                },
+            )
+        self.text = self.texts[point.uri]
+        start = offset_at(self.text, point.line, utf16_len(point.indent))
+        end = start + len(point.typed) + len(point.rest)
+        change = {
+            "range": {"start": position_at(self.text, start), "end": position_at(self.text, end)},
+            "text": "",
+        }
+        self._change(point.uri, change)
+        self.text = self.text[:start] + self.text[end:]
+        if self.text != point.text:  # the previous point's line was not put back
+            raise RuntimeError(f"{point.uri}: the document differs from the file at a jump")
+        return opened, start
+
+    async def _key(self, uri: str, offset: int, ch: str) -> tuple[Answer, str | None, int]:
+        """Type ``ch`` and wait for the answer: (answer, empty reason or ``None``, cursor)."""
+        t_key = time.perf_counter()
+        offset = self._type(uri, offset, ch)
+        answer = await asyncio.wait_for(
+            self.client.request(
+                "textDocument/inlineCompletion", self._completion_params(uri, offset)
+            ),
+            self.timeout_s,
+        )
+        ms = (time.perf_counter() - t_key) * 1000.0
+        stats = (await self.status()).get("stats", {})  # not timed
+        served = without_model(stats)
+        cached, self.served = served > self.served, served
+        reasons = stats.get("emptyReasons", {})
+        items = answer.get("items") if isinstance(answer, dict) else None
+        text = items[0].get("insertText") if items and isinstance(items[0], dict) else None
+        reason = None if items else grown_reason(self.reasons, reasons)
+        self.reasons = dict(reasons)
+        chars = len(text) if isinstance(text, str) else 0
+        return Answer(ms, cached, bool(items), chars), reason, offset
+
+    async def run_point(self, point: Point) -> None:
+        arrived = time.perf_counter()
+        opened, offset = self._arrive(point)
+        place = JumpPlace(opened)
+        next_key = arrived
+        for ch in point.typed:
+            await asyncio.sleep(max(0.0, next_key - time.perf_counter()))
+            t_key = time.perf_counter()
+            next_key = t_key + typist.PACE_MS / 1000.0
+            answer, reason, offset = await self._key(point.uri, offset, ch)
+            place.keys.append(answer)
+            place.reasons.append(reason)
+            if answer.shown and place.first_shown_ms is None:  # the status' time left out
+                place.first_shown_ms = (t_key - arrived) * 1000.0 + answer.ms
+        if point.rest:  # the user finishes the line (the file is whole again)
+            self._type(point.uri, offset, point.rest)
+        self.texts[point.uri] = self.text
+        self.result.jumped.append(place)
+        await asyncio.sleep(typist.SETTLE_S)
