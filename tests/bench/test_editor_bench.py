@@ -13,7 +13,7 @@ import pytest
 
 from structspec.bench import editor, typist
 from structspec.bench.editor import busy_loops, check_trace, run_editor_benchmark
-from structspec.bench.jump import JUMP, JumpServer
+from structspec.bench.jump import JUMP, JumpServer, file_by_file
 from structspec.bench.points import Point, first_points, plan_points
 from structspec.completion import trace
 from structspec.model.base import Rows, TokenCheck
@@ -332,13 +332,13 @@ def test_the_jump_user_opens_jumps_clears_the_line_and_types_at_once(
     text = "a = 1\nbb = 22\nccc = 333\n"
     first = Point("file:///m.py", "python", "a = 1\n\nccc = 333\n", 1, "", "bb", " = 22")
     second = Point("file:///m.py", "python", "a = 1\nbb = 22\n\n", 2, "", "ccc = 333", "")
-    server = JumpServer(JUMP, {}, "standin", 1, 5.0)
+    server = JumpServer([first, second], JUMP, {}, "standin", 1, 5.0)
     client = _ScriptedServer(["prompt-unfinished", None] + [None] * 2 + ["stop-rule"] * 7)
     server.client = client  # type: ignore[assignment]
 
-    async def run() -> None:
-        await server.run_point(first)
+    async def run() -> None:  # its own order: the file's points one after the other
         await server.run_point(second)
+        await server.run_point(first)
 
     asyncio.run(run())
     methods = [m for m, _ in client.messages]
@@ -367,3 +367,11 @@ def test_the_jump_user_opens_jumps_clears_the_line_and_types_at_once(
         a.ms for a in opened.keys
     )
     assert jumped.first_shown_ms is not None and jumped.first_shown_ms >= jumped.keys[0].ms
+
+
+def test_the_jump_user_types_each_files_points_one_after_the_other() -> None:
+    a1, b1, a2, b2 = (
+        Point(f"file:///{n}", "python", "", i, "", "x")
+        for n, i in (("a.py", 1), ("b.py", 1), ("a.py", 9), ("b.py", 9))
+    )
+    assert file_by_file([a1, b1, a2, b2]) == [a1, a2, b1, b2]

@@ -339,7 +339,9 @@ class _Configurations:
             ]
         if self.jump:
             replays.append(
-                JumpServer(JUMP, {}, self.model, self.threads, self.timeout_s, None, self.log_dir)
+                JumpServer(
+                    points, JUMP, {}, self.model, self.threads, self.timeout_s, None, self.log_dir
+                )
             )
         t0 = time.perf_counter()
         asyncio.run(_replay(replays, points, out))

@@ -4,10 +4,11 @@ Editors without ``structspec/didMoveCursor`` (Helix, Emacs, Sublime, Neovim
 without the optional snippet) tell the server nothing when the user arrives
 somewhere: the first the server hears of a new place is the user's edit there.
 ``JumpServer`` plays such a user at the editor benchmark's cursor points
-(``bench/points.py``), in their order (each file's first point, then each
-file's second, ...). At each point the user arrives: opens the file (the
-first point of a file) or jumps within it, far from the last place (a file's
-later points); deletes the line's text back to its indentation (one
+(``bench/points.py``), file by file (``file_by_file``: a file's points one
+after the other, as a user who opens a file and then jumps to a definition
+in it). At each point the user arrives: opens the file (the first point of a
+file) or jumps within it, far from the last place (a file's later points,
+spread over the file); deletes the line's text back to its indentation (one
 ``didChange``) and at once types the line's real text (not the model's
 suggestion), a key every ``PACE_MS``, one request at a time (when an answer
 takes longer than the pace, the next key waits for it, so each answer's
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from structspec.bench import typist
@@ -52,11 +54,25 @@ def grown_reason(before: dict[str, int], after: dict[str, int]) -> str:
     return max(grown, key=lambda r: grown[r]) if grown else UNCOUNTED
 
 
-class JumpServer(ReplayedServer):
-    """A server typed at by a plain client that jumps to new places and types at once."""
+def file_by_file(points: Sequence[Point]) -> list[Point]:
+    """``points`` grouped by file (files in their first point's order), each file's in order."""
+    by_file: dict[str, list[Point]] = {}
+    for point in points:
+        by_file.setdefault(point.uri, []).append(point)
+    return [point for group in by_file.values() for point in group]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+
+class JumpServer(ReplayedServer):
+    """A server typed at by a plain client that jumps to new places and types at once.
+
+    It types the same points as the other configurations, in turn with them,
+    but in its own order (``file_by_file``): its n-th turn types its n-th place.
+    """
+
+    def __init__(self, points: Sequence[Point], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.order = file_by_file(points)
+        self.turn = 0
         self.texts: dict[str, str] = {}  # each open document's text
         self.reasons: dict[str, int] = {}  # the status' ``emptyReasons`` so far
 
@@ -113,6 +129,9 @@ class JumpServer(ReplayedServer):
         return Answer(ms, cached, bool(items), chars), reason, offset
 
     async def run_point(self, point: Point) -> None:
+        """Type this turn's place (``point`` is the other configurations' place this turn)."""
+        point = self.order[self.turn]
+        self.turn += 1
         arrived = time.perf_counter()
         opened, offset = self._arrive(point)
         place = JumpPlace(opened)
