@@ -368,6 +368,29 @@ async def test_a_document_that_fits_its_window_is_warmed_from_its_start_for_ever
     assert svc.join()
 
 
+async def test_a_document_that_fits_the_context_is_warmed_from_its_start_past_its_window():
+    """Past the window's cap (1536) but within the context: a jump into the first window's
+    worth of tokens (no cursor report, no request there before) finds its prompt cached."""
+    model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
+    svc = make_service(model)
+    uri = "file:///p/mid.py"
+    text = "".join(f"item_{i} = load({i})\n" for i in range(110))  # ~2,300 tokens
+    assert len(model.tokenize(text, add_bos=False)) > 1536
+    svc.open_document(uri, "python", 1, text)
+    await wait_for(lambda: svc.stats.prewarmed == 1)
+    svc.change_document(uri, 2, [TextChange("x", Range(5, 0, 5, 0))])  # an edit near the top
+    # The edit's place, then the document from its start to its end.
+    await wait_for(lambda: svc.stats.prewarmed == 3)
+    doc = svc.documents.get(uri).text
+    assert model.detokenize(list(model.cached_tokens)).endswith(doc[:-1])
+    model.prefills.clear()
+    await svc.complete(CompletionRequest(uri, 60, 4, invoked=True))  # a jump, ~1,300 tokens in
+    tokens, reused = model.prefills[0]
+    assert tokens > FIRST_WINDOW_MIN + 500 and reused >= tokens - 2  # from the start, cached
+    svc.close()
+    assert svc.join()
+
+
 async def test_the_other_latest_places_are_warmed_after_the_current_one():
     model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
     svc = make_service(model)

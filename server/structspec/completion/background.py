@@ -15,7 +15,9 @@ prefill chunks or two verification passes.
   likely to go without telling us (no ``structspec/didMoveCursor``: Helix,
   Emacs, Sublime): a document that fits its window is evaluated from its
   start to its end, a prefix every cursor in it shares; another gets the
-  full windows of its other latest places (``jobs.Session.places``);
+  full windows of its other latest places (``jobs.Session.places``), then,
+  when it fits the context, it too is evaluated from its start to its end
+  (a jump into its first window's worth of tokens finds its prompt cached);
 - *pre-generation*: once a suggestion is shown, the model keeps writing past
   its end (``generate.continue_generation``), so that accepting it (whole, a
   line, a word) and going on is answered from what is written
@@ -241,7 +243,9 @@ class Background:
         window (``prompt.grows``), the full window, and the kept cut moves to it
         once it is cached. A document that fits its window is then evaluated
         from its start to its end (every cursor in it shares that prefix);
-        else the full windows of the places ``elsewhere`` are evaluated.
+        else the full windows of the places ``elsewhere`` are evaluated, and
+        then, when it fits the context, the document from its start to its
+        end (a cursor in its first window's worth of tokens shares that).
         """
         inputs, host = job.input, self._worker.host
         if job.cancelled() or self._worker.closed or not inputs.settings.prefix_reuse:
@@ -250,15 +254,19 @@ class Background:
             model = host.engine_for(inputs.settings).model
             assert host.prompts is not None
             prompts, snippets, session = host.prompts, host.snippets, job.session
-            room = window_budget(
-                prompt_room(model, inputs.settings.max_tokens), inputs.settings.window_tokens
-            )
+            context_room = prompt_room(model, inputs.settings.max_tokens)
+            room = window_budget(context_room, inputs.settings.window_tokens)
             opening = opening_offset(model, inputs.text, room)
             opened = inputs.offset < 0  # nobody asked there yet: its full window, no first one
+            # The whole document from its start, when it fits the context: every
+            # cursor in its first window's worth of tokens shares that prefix (a
+            # jump there answers from the cache). Its other places first where
+            # the window does not hold the whole document.
+            whole = opening_offset(model, inputs.text, context_room) == len(inputs.text)
             if opened:
-                inputs, elsewhere = replace(inputs, offset=opening), ()
+                inputs, elsewhere, whole = replace(inputs, offset=opening), (), False
             elif opening == len(inputs.text):  # the whole document fits its window
-                elsewhere = (opening,)
+                elsewhere = ()
 
             def warm(prompt: Prompt) -> bool:
                 tokens = prompt.tokens[:-1]
@@ -280,6 +288,12 @@ class Background:
             for at in elsewhere:
                 there = replace(inputs, offset=at)
                 if not warm(build_prompt(prompts, snippets, there, None, full=True)):
+                    return
+                self._stats.prewarmed += 1
+            if whole:  # from its start (the cut at 0), past the window's cap
+                uncapped = replace(inputs.settings, window_tokens=0)
+                there = replace(inputs, offset=len(inputs.text), settings=uncapped)
+                if not warm(build_prompt(prompts, snippets, there, 0, full=True)):
                     return
                 self._stats.prewarmed += 1
         except Exception:  # a failed pre-warm costs nothing but its time
