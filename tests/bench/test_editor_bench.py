@@ -140,6 +140,7 @@ def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(typist, "READ_S", 0.0)
     monkeypatch.setattr(typist, "SETTLE_S", 0.0)
     monkeypatch.setattr(typist, "ARRIVE_S", 0.0)
+    monkeypatch.setattr(typist, "SETTLE_MAX_S", 0.0)
 
 
 def test_editor_benchmark_smoke(tmp_path: Path):
@@ -375,3 +376,18 @@ def test_the_jump_user_types_each_files_points_one_after_the_other() -> None:
         for n, i in (("a.py", 1), ("b.py", 1), ("a.py", 9), ("b.py", 9))
     )
     assert file_by_file([a1, b1, a2, b2]) == [a1, a2, b1, b2]
+
+
+def test_a_server_is_left_alone_while_it_warms(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(typist, "SETTLE_MAX_S", 60.0)
+    server = typist.ReplayedServer("s", {}, "standin", 1, 5.0)
+    answers = iter([{"warming": True}, {"warming": True}, {"warming": False}, {"warming": True}])
+    asked: list[str] = []
+
+    async def status() -> dict[str, Any]:
+        asked.append("status")
+        return next(answers)
+
+    server.status = status  # type: ignore[method-assign]
+    asyncio.run(server.settle())
+    assert len(asked) == 3  # until it no longer warms

@@ -149,4 +149,4 @@ class JumpServer(ReplayedServer):
             self._type(point.uri, offset, point.rest)
         self.texts[point.uri] = self.text
         self.result.jumped.append(place)
-        await asyncio.sleep(typist.SETTLE_S)
+        await self.settle()
