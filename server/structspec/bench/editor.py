@@ -42,6 +42,11 @@ keystrokes were answered before the next one, how many of those answers
 showed a suggestion, and how long after the first keystroke at a point the
 first suggestion appeared, with the prompt evaluation of a new place in it.
 
+A fourth server, ``structspec, jump``, is a plain client (no
+``structspec/didMoveCursor``) that opens each file or jumps far within it and
+types the line at once (``bench/jump.py``): it reports the wait for the first
+suggestion at a new place and the empty answers by the server's reason.
+
 The configurations run as servers side by side, typing in turn at each cursor
 point (each left alone for ``SETTLE_S`` after its turn, so that its
 background work does not slow the next server's), so a busy phase of a shared

@@ -14,16 +14,18 @@ suggestion), a key every ``PACE_MS``, one request at a time (when an answer
 takes longer than the pace, the next key waits for it, so each answer's
 empty reason is known). Leaving, the user puts back the rest of the line
 (one ``didChange``, no request), so the file is the real file again for its
-next point.
+next point. Between two places the server is left alone as every
+configuration is (``ReplayedServer.settle``) while the others type their
+turns: its pre-warm works then, as while a user reads elsewhere.
 
 Per place (``JumpPlace``, ``bench/editor_stats.py``): every keystroke's
 answer (ms from the key, served by the model or without it, shown or not),
 the server's empty reason of each empty answer (the growth of its status'
 ``stats.emptyReasons``, asked after each answer, not timed), and the time from
 arriving (the first message at the place) to the first suggestion shown.
-``jump_summary`` sums them up and ``editor_report.jump_report`` prints them; the model's
-own choice (``model-empty``, ``stop-rule``) is counted apart from the answers
-lost on the way.
+``jump_summary`` sums them up and ``editor_report.jump_report`` prints them;
+the model's own choice (``model-empty``, ``stop-rule``) is counted apart from
+the answers lost on the way.
 """
 
 from __future__ import annotations
