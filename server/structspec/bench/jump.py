@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from structspec.bench import typist
-from structspec.bench.editor_stats import UNCOUNTED, Answer, JumpPlace, without_model
+from structspec.bench.editor_stats import UNCOUNTED, Answer, JumpPlace
 from structspec.bench.points import Point, offset_at, position_at, utf16_len
 from structspec.bench.typist import ReplayedServer
 
@@ -112,23 +112,11 @@ class JumpServer(ReplayedServer):
         """Type ``ch`` and wait for the answer: (answer, empty reason or ``None``, cursor)."""
         t_key = time.perf_counter()
         offset = self._type(uri, offset, ch)
-        answer = await asyncio.wait_for(
-            self.client.request(
-                "textDocument/inlineCompletion", self._completion_params(uri, offset)
-            ),
-            self.timeout_s,
-        )
-        ms = (time.perf_counter() - t_key) * 1000.0
-        stats = (await self.status()).get("stats", {})  # not timed
-        served = without_model(stats)
-        cached, self.served = served > self.served, served
-        reasons = stats.get("emptyReasons", {})
-        items = answer.get("items") if isinstance(answer, dict) else None
-        text = items[0].get("insertText") if items and isinstance(items[0], dict) else None
-        reason = None if items else grown_reason(self.reasons, reasons)
+        answer, _ = await self._ask(uri, offset, t_key)
+        reasons = self.stats.get("emptyReasons", {})
+        reason = None if answer.shown else grown_reason(self.reasons, reasons)
         self.reasons = dict(reasons)
-        chars = len(text) if isinstance(text, str) else 0
-        return Answer(ms, cached, bool(items), chars), reason, offset
+        return answer, reason, offset
 
     async def run_point(self, point: Point) -> None:
         """Type this turn's place (``point`` is the other configurations' place this turn)."""

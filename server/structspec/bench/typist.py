@@ -108,6 +108,7 @@ class ReplayedServer:
         self.opened: dict[str, int] = {}
         self.text = ""
         self.served = 0  # the status' answers without the model so far
+        self.stats: dict[str, Any] = {}  # the status' counters after the latest answer
 
     def failure(self, exc: BaseException) -> RuntimeError:
         self.stderr.seek(0)
@@ -213,7 +214,8 @@ class ReplayedServer:
             self.timeout_s,
         )
         ms = (time.perf_counter() - t0) * 1000.0
-        served = without_model((await self.status()).get("stats", {}))  # not timed
+        self.stats = (await self.status()).get("stats", {})  # not timed
+        served = without_model(self.stats)
         cached, self.served = served > self.served, served
         items = answer.get("items") if isinstance(answer, dict) else None
         text = items[0].get("insertText") if items and isinstance(items[0], dict) else None
