@@ -66,6 +66,9 @@ FIRST_ANSWER_S = 0.25
 #: infill suite's real files a 512-token window completed lines as well as
 #: 1,536 with the default model (``docs/MEASUREMENTS.md`` §5, ``--windows``).
 FIRST_WINDOW_MIN = 512
+#: Tokens left to evaluate of a kept window that the user is typing on (a key, a
+#: short paste): no other window is tokenized to compare with it.
+TYPED_ON = 8
 #: A prompt shorter than this share of the full one at the same place is grown
 #: by pre-warm (a window kept while typing holds 3/4 to all of its budget).
 GROW_BELOW = 2 / 3
@@ -232,21 +235,28 @@ def choose_window(
     """The window policy: the full window where it is cached, a first window at a new place.
 
     ``build(window_tokens, cut_hint)`` builds a prompt. The full window at the
-    kept cut is taken when what it leaves to evaluate fits a first window
-    (``first``, from ``first_window``): the user is typing on where it is
-    cached. Else this is a new place, and of the full window at the kept
-    cut, the full window from a fresh cut (what pre-warm evaluated at a place
-    the user comes back to) and the first window, the one that leaves the
-    fewest tokens to evaluate answers (the wider on a tie). Pre-warm then
+    kept cut is taken when it leaves at most ``TYPED_ON`` tokens to evaluate:
+    the user is typing on where it is cached. When what it leaves fits a first
+    window (``first``, from ``first_window``), it is taken unless the full
+    window from a fresh cut leaves fewer (a jump, without a cursor report, to
+    where pre-warm evaluated the document from its start). Else this is a new
+    place, and of the full window at the kept cut, the full window from a
+    fresh cut (what pre-warm evaluated at a place the user comes back to) and
+    the first window, the one that leaves the fewest tokens to evaluate
+    answers (the wider on a tie). Pre-warm then
     grows a first window to the full one while the user reads
     (``grows``), and the kept cut moves to it once it is cached.
     """
     prompt = build(window_tokens, cut_hint)
-    if to_evaluate(model, prompt) <= first:
+    left = to_evaluate(model, prompt)
+    if left <= TYPED_ON or (left <= first and cut_hint is None):
         return prompt
+    fresh = build(window_tokens, None) if cut_hint is not None else None
+    if left <= first:  # unless a jump finds the full window from a fresh cut more cached
+        return fresh if fresh is not None and to_evaluate(model, fresh) < left else prompt
     candidates = [prompt]
-    if cut_hint is not None:
-        candidates.append(build(window_tokens, None))
+    if fresh is not None:
+        candidates.append(fresh)
     candidates.append(build(first, cut_hint))
     return min(candidates, key=lambda p: to_evaluate(model, p))
 
