@@ -88,6 +88,22 @@ class Suggestion:
 
 
 @dataclass(frozen=True)
+class ModelCost:
+    """What the loaded model costs here: its measured rates and what they chose.
+
+    ``window_tokens``: the prompt window in use (``windowTokens``, adaptive
+    unless set); ``first_suggestion_s``: the expected wait for a first
+    suggestion at a new place (its first window's evaluation, then the
+    generation budget).
+    """
+
+    prompt_tps: float
+    decode_tps: float
+    window_tokens: int
+    first_suggestion_s: float
+
+
+@dataclass(frozen=True)
 class Status:
     """The service's state (``IDLE``, ``BUSY``, ``ERROR``) and its running numbers."""
 
@@ -100,3 +116,5 @@ class Status:
     counters: dict[str, Any] = field(default_factory=dict)
     #: The worker is evaluating a prompt ahead of its answer (``message``: ``warming <file>``).
     warming: bool = False
+    #: What the loaded model costs on this machine (``None``: none loaded, or a backend).
+    cost: ModelCost | None = None
