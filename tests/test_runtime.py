@@ -145,3 +145,11 @@ def test_measure_rates_leaves_the_model_empty_and_its_prefix_cache_alone(gguf_st
     assert rates.prompt_tps > 0 and rates.decode_tps > 0
     assert gguf_stand_in.cached_tokens == []
     assert gguf_stand_in.prefix_cache is sentinel
+
+
+def test_measure_rates_stops_at_its_time_budget(gguf_stand_in):
+    ticks = iter(range(0, 1000, 2))  # every reading of the clock: 2 s later
+
+    rates = runtime.measure_rates(gguf_stand_in, clock=lambda: float(next(ticks)))
+    # one chunk of 128 tokens in 4 s, then two passes in 4 s: past the budget after each
+    assert rates == Rates(runtime.RATE_CHUNK / 4.0, 2 / 4.0)
