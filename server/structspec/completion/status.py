@@ -34,6 +34,23 @@ from structspec.rates import Rates, first_suggestion_s
 log = logging.getLogger(__name__)
 
 
+def model_cost(rates: Rates, settings: Settings) -> ModelCost:
+    """What a model at ``rates`` costs with ``settings``: the window, the first-suggestion time.
+
+    A first suggestion at a new place waits for its first window
+    (``prompt.first_window_tokens`` of the ``windowTokens`` budget; 0 counts
+    as the context size), then for the generation budget.
+    """
+    budget = settings.window_tokens or settings.context_size
+    first = first_window_tokens(rates.prompt_tps, budget)
+    return ModelCost(
+        rates.prompt_tps,
+        rates.decode_tps,
+        settings.window_tokens,
+        first_suggestion_s(rates, first, settings.max_generation_ms),
+    )
+
+
 class StatusBoard:
     """State, model name and requests in flight; ``on_status``/``on_message`` on the loop."""
 
@@ -73,17 +90,7 @@ class StatusBoard:
 
     def cost(self) -> ModelCost | None:
         """What the loaded model costs here with the settings in use."""
-        if self.rates is None:
-            return None
-        settings = self._settings()
-        budget = settings.window_tokens or settings.context_size
-        first = first_window_tokens(self.rates.prompt_tps, budget)
-        return ModelCost(
-            self.rates.prompt_tps,
-            self.rates.decode_tps,
-            settings.window_tokens,
-            first_suggestion_s(self.rates, first, settings.max_generation_ms),
-        )
+        return None if self.rates is None else model_cost(self.rates, self._settings())
 
     def set_state(self, state: str, message: str) -> None:
         self.state, self._message = state, message

@@ -102,6 +102,15 @@ class ModelCost:
     window_tokens: int
     first_suggestion_s: float
 
+    def measures(self) -> dict[str, float]:
+        """By the measure names of the ``structspec_model_cost`` metric (``metrics.py``)."""
+        return {
+            "prompt_tokens_per_second": self.prompt_tps,
+            "decode_tokens_per_second": self.decode_tps,
+            "window_tokens": float(self.window_tokens),
+            "first_suggestion_seconds": self.first_suggestion_s,
+        }
+
 
 @dataclass(frozen=True)
 class Status:
