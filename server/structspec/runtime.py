@@ -334,7 +334,10 @@ def model_rates(
             pass  # a damaged cache is measured again
     if announce is not None:
         announce("structspec: measuring prompt and decode rates on this machine (once per model)")
-    rates, others = measure_alone(lambda: measure_rates(model))
+    pinning = threaded(model)  # all the model's threads, whatever the governor says now
+    pinned = pinning.threads_pinned(extras.threads) if pinning is not None else None
+    with pinned or contextlib.nullcontext():
+        rates, others = measure_alone(lambda: measure_rates(model))
     if others is not None and others > QUIET_OTHER_CORES:
         return rates
     try:
