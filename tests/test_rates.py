@@ -10,6 +10,7 @@ import pytest
 
 from structspec.config import Settings
 from structspec.rates import (
+    ADAPTIVE,
     KEYSTROKE_S,
     MAX_TOKENS_MIN,
     MIN_PASSES,
@@ -22,6 +23,11 @@ from structspec.rates import (
 )
 
 SHAPES_JSON = Path(__file__).parent.parent / "docs" / "BENCHMARKS-shapes.json"
+
+
+def test_the_adaptive_settings_are_settings():
+    assert set(adaptive_defaults(Rates(100.0, 10.0))) == set(ADAPTIVE)
+    assert set(ADAPTIVE) <= set(vars(Settings()))
 
 
 def test_a_1_5b_code_model_on_2_cores():

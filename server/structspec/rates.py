@@ -49,9 +49,9 @@ ADAPTIVE = ("window_tokens", "max_generation_ms", "max_tokens")
 class Rates:
     """Tokens per second of one model on this machine, on all its threads.
 
-    ``prompt_tps``: prompt tokens evaluated per second in one prefill (a few
-    hundred tokens); ``decode_tps``: tokens decoded per second, one row per
-    pass (greedy, no drafts).
+    ``prompt_tps``: prompt tokens evaluated per second in prefill chunks of
+    128 (as pre-warm evaluates them); ``decode_tps``: tokens decoded per
+    second, one row per pass (greedy, no drafts).
     """
 
     prompt_tps: float

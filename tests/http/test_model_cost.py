@@ -1,4 +1,4 @@
-"""``structspec_model_cost``: what the model costs here, from the metrics to ``structspec status``."""
+"""``structspec_model_cost``: what the model costs here, from the metrics to the status."""
 
 from __future__ import annotations
 
