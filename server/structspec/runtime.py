@@ -3,7 +3,9 @@
 This is the one place the surfaces (CLI, LSP, HTTP) get an engine from, so
 they never touch llama.cpp themselves. It also owns what spans layers: the
 verification cost table (measured here over the model's own ``verify`` pass
-and cached per model file, threads and machine) and the per-source fallback of
+and cached per model file, threads and machine), the model's prompt and decode
+rates (``model_rates``, cached alike; they choose the adaptive defaults of
+``structspec.rates``) and the per-source fallback of
 a long-running server (``load_available_engine``: a source that cannot be
 built costs that source only).
 
