@@ -259,6 +259,11 @@ class EngineHost:
         except Exception:  # measuring must not cost the model: the static defaults apply
             log.exception("measuring the model's rates failed")
             rates = None
+        if rates is not None:
+            self._announce(
+                f"structspec: {model.name} evaluates {rates.prompt_tps:.0f} prompt tokens/s and "
+                f"decodes {rates.decode_tps:.1f} tokens/s on this machine"
+            )
         self.model, self._model_key, self.rates = model, key, rates
         self.prompts = PromptBuilder(model, None if rates is None else rates.prompt_tps)
         self.corpus = CorpusCache()
