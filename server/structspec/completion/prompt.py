@@ -18,7 +18,8 @@ once it is cached (``choose_window``, ``grows``).
 With fill-in-the-middle tokens the order is prefix, suffix, middle
 (``FIM_PRE header+window FIM_SUF suffix FIM_MID``, after BOS when the
 vocabulary adds one): the stable part still comes first and only the short
-suffix after it is re-evaluated. The suffix is tokenized as a continuation:
+suffix after it is re-evaluated (so it holds what the machine evaluates in a
+share of a keystroke's answer: ``suffix_budget``). The suffix is tokenized as a continuation:
 a SentencePiece vocabulary's dummy leading space (CodeLlama's
 ``<PRE> prefix <SUF>suffix <MID>``) goes before the prefix only. Models
 without FIM tokens (Gemma 3) get the prefix only.
@@ -72,8 +73,15 @@ TYPED_ON = 8
 #: A prompt shorter than this share of the full one at the same place is grown
 #: by pre-warm (a window kept while typing holds 3/4 to all of its budget).
 GROW_BELOW = 2 / 3
-#: Suffix tokens kept in a FIM prompt (re-evaluated on every request).
+#: Suffix tokens kept in a FIM prompt, at most (re-evaluated on every request).
 FIM_SUFFIX_TOKENS = 256
+#: Seconds of a keystroke's answer the suffix's evaluation may take: typing
+#: changes the window's end, so every request evaluates the suffix again. At
+#: the measured prompt rate (``suffix_budget``): 16 tokens on a 1.5B model on 2
+#: cores (163 tokens/s), 256 from 2,560 tokens/s.
+SUFFIX_S = 0.1
+#: Fewest suffix tokens kept (about a line), whatever the rate.
+SUFFIX_MIN = 16
 #: Most tokens of project context before the window (and at most a third of the
 #: room and of the window's budget: a first window's prompt stays small).
 CONTEXT_TOKENS = 512
@@ -197,6 +205,19 @@ def window_budget(room: int, window_tokens: int) -> int:
     return min(room, window_tokens) if window_tokens > 0 else room
 
 
+def suffix_budget(tokens_per_s: float) -> int:
+    """FIM suffix tokens a request evaluates within ``SUFFIX_S`` at ``tokens_per_s``.
+
+    Between ``SUFFIX_MIN`` and ``FIM_SUFFIX_TOKENS``.
+    """
+    return max(SUFFIX_MIN, min(FIM_SUFFIX_TOKENS, int(tokens_per_s * SUFFIX_S)))
+
+
+def first_window_tokens(tokens_per_s: float, budget: int) -> int:
+    """What a first answer's window holds at ``tokens_per_s``, of ``budget`` (``first_window``)."""
+    return max(1, min(budget, max(FIRST_WINDOW_MIN, int(tokens_per_s * FIRST_ANSWER_S))))
+
+
 def first_window(model: Model, rate: PromptRate, max_tokens: int, window_tokens: int) -> int:
     """The window budget of a first answer at a new place (a window no KV slot holds).
 
@@ -212,11 +233,11 @@ def first_window(model: Model, rate: PromptRate, max_tokens: int, window_tokens:
     450-960 tokens/s: ``R * T`` is 110-240 tokens, so the floor decides, and
     a new place waits for 512 tokens instead of 1,536; a machine evaluating
     more than 2,048 tokens/s gets a wider first window. The FIM suffix comes
-    on top (at most ``FIM_SUFFIX_TOKENS``).
+    on top (``suffix_budget``).
     """
     budget = window_budget(prompt_room(model, max_tokens), window_tokens)
     tokens_per_s = rate.tokens_per_s / (2 if contended(model) else 1)
-    return max(1, min(budget, max(FIRST_WINDOW_MIN, int(tokens_per_s * FIRST_ANSWER_S))))
+    return first_window_tokens(tokens_per_s, budget)
 
 
 def to_evaluate(model: Model, prompt: Prompt) -> int:
@@ -273,7 +294,8 @@ def grows(prompt: Prompt, full: Prompt) -> bool:
 class PromptBuilder:
     """Builds prompts for one model; see the module docstring."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, prompt_tps: float | None = None) -> None:
+        """``prompt_tps``: the model's prompt rate measured at load (``PromptRate``)."""
         self.model = model
         self.fim = model.fim_tokens()
         bos = model.bos_token()
@@ -282,8 +304,9 @@ class PromptBuilder:
         # SentencePiece vocabularies put a dummy space before every tokenized text.
         self._space_prefix = model.detokenize(model.tokenize("a", add_bos=False)) == " a"
         self._context_cache: tuple[tuple[object, ...], tuple[list[int], str]] | None = None
-        #: Prompt tokens/s of this model's latest prefill chunks (``first_window``).
-        self.rate = PromptRate()
+        #: Prompt tokens/s of this model's latest prefill chunks (``first_window``,
+        #: ``suffix_budget``).
+        self.rate = PromptRate(prompt_tps)
 
     def build(
         self,
@@ -311,7 +334,8 @@ class PromptBuilder:
         suffix_tokens: list[int] = []
         suffix_end = offset
         if self.fim is not None:
-            budget = min(FIM_SUFFIX_TOKENS, room // 4)
+            most = suffix_budget(self.rate.tokens_per_s) if self.rate.known else None
+            budget = min(most or FIM_SUFFIX_TOKENS, room // 4)
             suffix_tokens, suffix_end = self._suffix(text, offset, budget)
             room -= len(suffix_tokens) + 3
         most = min(CONTEXT_TOKENS, room // 3, window_budget(room, window_tokens) // 3)
