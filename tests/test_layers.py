@@ -21,7 +21,7 @@ ROOT = Path(structspec.__file__).parent
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
-        "__init__ errors files config sources backends",
+        "__init__ errors files config rates sources backends",
         "model",
         "syntax",
         "drafts",

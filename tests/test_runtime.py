@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
 
+from structspec import runtime
 from structspec.engine.control import CostModel
+from structspec.model.standin import StandInModel
 from structspec.model.threads import IdleMeter
+from structspec.rates import Rates
 from structspec.runtime import QUIET_OTHER_CORES, measure_alone
 
 TABLE = CostModel((1.0, 2.0))
@@ -58,3 +63,93 @@ def test_an_idle_machine_is_quiet(tmp_path: Path):
 def test_unknown_idle_time_is_unknown(tmp_path: Path):
     meter = IdleMeter(str(tmp_path / "missing"), cores=2)
     assert measure_alone(lambda: TABLE, meter) == (TABLE, None)
+
+
+# -- the model's rates (``model_rates``), measured once and cached ----------
+
+
+class FileStandIn(StandInModel):
+    """The stand-in posing as a GGUF model (``GGUFModel``): a file, threads and a head."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.threads = 2
+        self.head = "llama.cpp"
+
+    def metadata(self, key: str) -> str | None:
+        return None
+
+    def chat_template(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def gguf_stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FileStandIn:
+    monkeypatch.setenv("STRUCTSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    file = tmp_path / "model.gguf"
+    file.write_bytes(b"GGUF")
+    return FileStandIn(file)
+
+
+def counted_measurements(monkeypatch: pytest.MonkeyPatch, busy: float = 0.0) -> list[Rates]:
+    """Make ``measure_rates`` return scripted rates, on a machine ``busy`` cores busy."""
+    made: list[Rates] = []
+
+    def measure(model: object) -> Rates:
+        made.append(Rates(100.0 + len(made), 10.0))
+        return made[-1]
+
+    monkeypatch.setattr(runtime, "measure_rates", measure)
+    monkeypatch.setattr(runtime, "measure_alone", lambda fn: (fn(), busy))
+    return made
+
+
+def test_rates_are_measured_once_then_read_back(gguf_stand_in, monkeypatch):
+    made = counted_measurements(monkeypatch)
+    first = runtime.model_rates(gguf_stand_in, announce=None)
+    again = runtime.model_rates(gguf_stand_in, announce=None)
+    assert first == again == Rates(100.0, 10.0)
+    assert len(made) == 1
+
+
+def test_a_damaged_rates_file_is_measured_again(gguf_stand_in, monkeypatch):
+    made = counted_measurements(monkeypatch)
+    runtime.model_rates(gguf_stand_in, announce=None)
+    (cached,) = (Path(os.environ["STRUCTSPEC_CACHE_DIR"]) / "rates").glob("*.json")
+    for damage in ("{not json", '{"prompt_tps": -3, "decode_tps": 1}', '{"prompt_tps": 5}', "[]"):
+        cached.write_text(damage)
+        assert runtime.model_rates(gguf_stand_in, announce=None) == made[-1]
+    assert len(made) == 5
+    assert json.loads(cached.read_text())["prompt_tps"] == made[-1].prompt_tps
+
+
+def test_rates_measured_on_a_busy_machine_are_not_kept(gguf_stand_in, monkeypatch):
+    made = counted_measurements(monkeypatch, busy=QUIET_OTHER_CORES + 1.0)
+    runtime.model_rates(gguf_stand_in, announce=None)
+    runtime.model_rates(gguf_stand_in, announce=None)
+    assert len(made) == 2
+
+
+def test_the_stand_in_has_no_rates():
+    assert runtime.model_rates(StandInModel(), announce=None) is None
+
+
+def test_measure_rates_leaves_the_model_empty_and_its_prefix_cache_alone(gguf_stand_in):
+    sentinel = object()
+    gguf_stand_in.prefix_cache = sentinel
+    rates = runtime.measure_rates(gguf_stand_in)
+    assert rates.prompt_tps > 0 and rates.decode_tps > 0
+    assert gguf_stand_in.cached_tokens == []
+    assert gguf_stand_in.prefix_cache is sentinel
+
+
+def test_measure_rates_stops_at_its_time_budget(gguf_stand_in):
+    ticks = iter(range(0, 1000, 2))  # every reading of the clock: 2 s later
+
+    rates = runtime.measure_rates(gguf_stand_in, clock=lambda: float(next(ticks)))
+    # one chunk of 128 tokens in 4 s, then two passes in 4 s: past the budget after each
+    assert rates == Rates(runtime.RATE_CHUNK / 4.0, 2 / 4.0)

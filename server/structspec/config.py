@@ -232,6 +232,11 @@ class LoadedSettings:
     errors: list[str]
     path: Path
 
+    @property
+    def explicit(self) -> frozenset[str]:
+        """The settings some layer set (the others may be chosen by ``structspec.rates``)."""
+        return frozenset(k for k, origin in self.origins.items() if origin != "default")
+
 
 def load_settings(
     flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None

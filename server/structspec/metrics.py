@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import (
@@ -40,6 +40,13 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 #: One verification pass (or one relayed chunk): milliseconds, not seconds.
 PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+#: The measures of ``structspec_model_cost`` (``completion.status.cost_measures``).
+MODEL_COST_MEASURES = (
+    "prompt_tokens_per_second",
+    "decode_tokens_per_second",
+    "window_tokens",
+    "first_suggestion_seconds",
+)
 #: Window over which ``tokens_per_second`` is averaged.
 RATE_WINDOW_S = 30.0
 
@@ -107,6 +114,13 @@ class Metrics:
         self.generations = Counter(
             "structspec_generations", "Finished generations by stop reason", ["reason"], registry=r
         )
+        #: Set once the model's rates are known (``set_model_cost``): no sample before.
+        self.model_cost = Gauge(
+            "structspec_model_cost",
+            "What the model costs on this machine: its measured rates and what they choose",
+            ["measure"],
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "structspec_queue_depth", "Generations waiting for the model", registry=r
         )
@@ -142,6 +156,11 @@ class Metrics:
         self._lock = threading.Lock()
 
     # -- recording ---------------------------------------------------------
+    def set_model_cost(self, cost: Mapping[str, float]) -> None:
+        """What the model costs here, by measure (``MODEL_COST_MEASURES``)."""
+        for measure, value in cost.items():
+            self.model_cost.labels(measure=measure).set(value)
+
     def _note_tokens(self, n: int) -> None:
         now = time.monotonic()
         with self._lock:
@@ -210,6 +229,8 @@ class Snapshot:
     pass_p50_s: float | None
     relay_p50_s: float | None
     chunks: float
+    #: ``structspec_model_cost`` by measure (empty: not known, or a proxy).
+    model_cost: dict[str, float] = field(default_factory=dict)
 
     @property
     def tokens_per_pass(self) -> float:
@@ -240,6 +261,7 @@ class Snapshot:
             "pass_latency_p50_s": _round(self.pass_p50_s),
             "proxy_relay_p50_s": _round(self.relay_p50_s),
             "proxy_chunks": self.chunks,
+            "model_cost": self.model_cost,
         }
 
 
@@ -323,4 +345,9 @@ def snapshot(text: str) -> Snapshot:
         pass_p50_s=quantile("structspec_pass_latency_seconds", 0.5),
         relay_p50_s=quantile("structspec_proxy_relay_seconds", 0.5),
         chunks=total("structspec_proxy_chunks"),
+        model_cost={
+            s.labels.get("measure", ""): s.value
+            for s in by_name.get("structspec_model_cost", [])
+            if s.name == "structspec_model_cost"
+        },
     )

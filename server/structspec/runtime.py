@@ -3,7 +3,9 @@
 This is the one place the surfaces (CLI, LSP, HTTP) get an engine from, so
 they never touch llama.cpp themselves. It also owns what spans layers: the
 verification cost table (measured here over the model's own ``verify`` pass
-and cached per model file, threads and machine) and the per-source fallback of
+and cached per model file, threads and machine), the model's prompt and decode
+rates (``model_rates``, cached alike; they choose the adaptive defaults of
+``structspec.rates``) and the per-source fallback of
 a long-running server (``load_available_engine``: a source that cannot be
 built costs that source only).
 
@@ -15,6 +17,7 @@ the deterministic numpy toy model used by the tests (not a language model).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from structspec.config import Settings
 from structspec.drafts.base import DraftSource
@@ -48,11 +51,13 @@ from structspec.model.head import chosen_isa
 from structspec.model.prefix_cache import PrefixCache
 from structspec.model.standin import StandInModel
 from structspec.model.threads import IdleMeter
+from structspec.rates import Rates
 
 if TYPE_CHECKING:
     from structspec.model.llama import LlamaModel
 
 Announce = Callable[[str], None]
+T = TypeVar("T")
 
 #: Cores that other processes may keep busy while a cost table is measured for
 #: it to be cached: a table measured beside a build prices every extra row of a
@@ -180,12 +185,12 @@ def thread_costs_for(
 
 
 def measure_alone(
-    measure: Callable[[], CostModel],
+    measure: Callable[[], T],
     meter: IdleMeter | None = None,
     *,
     wall_clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] = time.process_time,
-) -> tuple[CostModel, float | None]:
+) -> tuple[T, float | None]:
     """``measure()``, and how many cores other processes kept busy meanwhile (``None``: unknown).
 
     The machine's busy cores (``/proc/stat``, through ``meter``) less this
@@ -237,7 +242,8 @@ def cpu_name() -> str:
     return cpu
 
 
-def _cost_cache_path(model: GGUFModel, threads: int) -> Path:
+def _cost_cache_path(model: GGUFModel, threads: int, folder: str = "cost") -> Path:
+    """The cache file of a measurement of ``model`` on ``threads`` threads on this machine."""
     st = model.path.stat()
     cpu = cpu_name()
     import llama_cpp
@@ -257,7 +263,91 @@ def _cost_cache_path(model: GGUFModel, threads: int) -> Path:
         ]
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return kept_cache_folder("cost") / f"{digest}.json"
+    return kept_cache_folder(folder) / f"{digest}.json"
+
+
+#: Most prompt tokens evaluated in the prompt-rate measurement, in chunks of
+#: ``RATE_CHUNK`` (as pre-warm evaluates them).
+RATE_PROMPT_TOKENS = 256
+RATE_CHUNK = 128
+#: Most tokens decoded, one row per pass, in the decode-rate measurement.
+RATE_DECODE_TOKENS = 16
+#: Seconds after which each of the two measurements stops (after its first
+#: chunk or its first two passes): a 7B model on a laptop must not keep the
+#: first suggestion waiting.
+RATE_BUDGET_S = 1.5
+
+
+def measure_rates(model: Model, *, clock: Callable[[], float] = time.perf_counter) -> Rates:
+    """Prompt tokens/s of prefill chunks and decode tokens/s (one row a pass) of ``model``.
+
+    At most ``RATE_PROMPT_TOKENS`` prompt and ``RATE_DECODE_TOKENS`` decoded
+    tokens, each stopped after ``RATE_BUDGET_S``: about 3 s on a 1.5B model on
+    2 cores. The KV cache is left empty.
+    """
+    text = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
+    tokens = model.tokenize(text * 40)[:RATE_PROMPT_TOKENS]
+    # A state read back from the on-disk prefix cache would time the disk, and
+    # this text is no prompt worth saving there.
+    cache = getattr(model, "prefix_cache", None)
+    if cache is not None:
+        model.prefix_cache = None  # type: ignore[attr-defined]
+    try:
+        model.prefill(tokens[:16])  # the first pass pages the weights in: not measured
+        model.truncate(0)
+        done, t0 = 0, clock()
+        while done < len(tokens) and not (done and clock() - t0 > RATE_BUDGET_S):
+            done = min(len(tokens), done + RATE_CHUNK)
+            model.prefill(tokens[:done])  # evaluates the new chunk only
+        prompt_s = clock() - t0
+        token, decoded, t0 = tokens[done - 1], 0, clock()
+        while decoded < RATE_DECODE_TOKENS and not (decoded >= 2 and clock() - t0 > RATE_BUDGET_S):
+            token = int(model.verify([token]).argmax[0])
+            decoded += 1
+        decode_s = clock() - t0
+        model.truncate(0)
+    finally:
+        if cache is not None:
+            model.prefix_cache = cache  # type: ignore[attr-defined]
+    return Rates(done / max(prompt_s, 1e-9), decoded / max(decode_s, 1e-9))
+
+
+def model_rates(
+    model: Model, announce: Announce | None = _stderr, *, refresh: bool = False
+) -> Rates | None:
+    """The prompt and decode rates of ``model`` on this machine (``rates.Rates``).
+
+    Measured once per model file, thread count, machine and llama.cpp version
+    (``measure_rates``, a few seconds), then read from the user's cache
+    directory like the cost table; a damaged cache file is measured again, and
+    rates measured while other processes kept the cores busy serve this
+    session only. ``None`` for the stand-in: a CPU-free toy has no rates to
+    adapt to (its tests script them).
+    """
+    extras = gguf_extras(model)
+    if extras is None:
+        return None
+    path = _cost_cache_path(extras, extras.threads, "rates")
+    if not refresh and path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            return Rates(float(data["prompt_tps"]), float(data["decode_tps"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged cache is measured again
+    if announce is not None:
+        announce("structspec: measuring prompt and decode rates on this machine (once per model)")
+    pinning = threaded(model)  # all the model's threads, whatever the governor says now
+    pinned = pinning.threads_pinned(extras.threads) if pinning is not None else None
+    with pinned or contextlib.nullcontext():
+        rates, others = measure_alone(lambda: measure_rates(model))
+    if others is not None and others > QUIET_OTHER_CORES:
+        return rates
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"model": str(extras.path), **dataclasses.asdict(rates)}))
+    except OSError:
+        pass  # no cache: measured again next time
+    return rates
 
 
 def make_planner(cost: CostModel, sources: Sequence[DraftSource] = ()) -> DraftPlanner:

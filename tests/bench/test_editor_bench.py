@@ -13,6 +13,7 @@ import pytest
 
 from structspec.bench import editor, typist
 from structspec.bench.editor import busy_loops, check_trace, run_editor_benchmark
+from structspec.bench.jump import JUMP, JumpServer, file_by_file
 from structspec.bench.points import Point, first_points, plan_points
 from structspec.completion import trace
 from structspec.model.base import Rows, TokenCheck
@@ -139,6 +140,7 @@ def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(typist, "READ_S", 0.0)
     monkeypatch.setattr(typist, "SETTLE_S", 0.0)
     monkeypatch.setattr(typist, "ARRIVE_S", 0.0)
+    monkeypatch.setattr(typist, "SETTLE_MAX_S", 0.0)
 
 
 def test_editor_benchmark_smoke(tmp_path: Path):
@@ -176,6 +178,12 @@ def test_editor_benchmark_smoke(tmp_path: Path):
     # The last key of a point is always waited for; the stand-in shows something.
     assert quiet["answered"] >= 2 and quiet["shown"] > 0
     assert any(line.startswith("typing at a steady pace") for line in lines)
+    jump = result["jump"][JUMP]
+    assert jump["first_shown_opened"]["n"] == jump["first_shown_jumped"]["n"] == 1
+    assert jump["keys"]["all"]["n"] == 8 and jump["first_shown"]["without"] < 2
+    assert jump["empty"] == sum(jump["empty_reasons"].values())
+    assert any(line.startswith("jump and type") for line in lines)
+    assert any(line.startswith("empty answers while typing") for line in lines)
 
 
 class _SlowClient:
@@ -291,3 +299,95 @@ def test_a_variant_types_the_same_points_with_its_settings(tmp_path: Path):
         f"{paced_variant} + 1 busy loop",
     }
     assert any(f"variant {name}" in line for line in lines)
+
+
+class _ScriptedServer:
+    """Answers inline completions from a script; its status counts the empty ones by reason."""
+
+    def __init__(self, script: list[str | None]) -> None:
+        self.script = script  # per request: ``None`` a suggestion, else the empty reason
+        self.asked = 0
+        self.reasons: dict[str, int] = {}
+        self.served = 0
+        self.messages: list[tuple[str, Any]] = []
+
+    def notify(self, method: str, params: Any) -> None:
+        self.messages.append((method, params))
+
+    async def request(self, method: str, params: Any) -> Any:
+        if method == "workspace/executeCommand":
+            return {"stats": {"emptyReasons": dict(self.reasons), "servedFromCache": self.served}}
+        reason = self.script[self.asked]
+        self.asked += 1
+        if reason is None:
+            self.served += self.asked == 3  # the third answer (at the jump) is typed through
+            return {"items": [{"insertText": "y = 2"}]}
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+        return {"items": []}
+
+
+def test_the_jump_user_opens_jumps_clears_the_line_and_types_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(typist, "PACE_MS", 0.0)
+    text = "a = 1\nbb = 22\nccc = 333\n"
+    first = Point("file:///m.py", "python", "a = 1\n\nccc = 333\n", 1, "", "bb", " = 22")
+    second = Point("file:///m.py", "python", "a = 1\nbb = 22\n\n", 2, "", "ccc = 333", "")
+    server = JumpServer([first, second], JUMP, {}, "standin", 1, 5.0)
+    client = _ScriptedServer(["prompt-unfinished", None] + [None] * 2 + ["stop-rule"] * 7)
+    server.client = client  # type: ignore[assignment]
+
+    async def run() -> None:  # its own order: the file's points one after the other
+        await server.run_point(second)
+        await server.run_point(first)
+
+    asyncio.run(run())
+    methods = [m for m, _ in client.messages]
+    # Opened with the real file, its line cleared; two keys; the line's rest put back.
+    assert methods[:5] == ["textDocument/didOpen"] + ["textDocument/didChange"] * 4
+    assert client.messages[0][1]["textDocument"]["text"] == text
+    cleared = client.messages[1][1]["contentChanges"][0]
+    assert cleared == {
+        "range": {"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 7}},
+        "text": "",
+    }
+    assert client.messages[4][1]["contentChanges"][0]["text"] == " = 22"
+    # The jump: no open, the second line cleared in the whole file.
+    assert methods[5:] == ["textDocument/didChange"] * 10
+    assert client.messages[5][1]["contentChanges"][0]["range"]["start"] == {
+        "line": 2,
+        "character": 0,
+    }
+    assert server.texts["file:///m.py"] == text
+    opened, jumped = server.result.jumped
+    assert (opened.opened, jumped.opened) == (True, False)
+    assert opened.reasons == ["prompt-unfinished", None]
+    assert jumped.reasons == [None, None] + ["stop-rule"] * 7
+    assert [a.cached for a in jumped.keys] == [True] + [False] * 8
+    assert opened.first_shown_ms is not None and opened.first_shown_ms >= sum(
+        a.ms for a in opened.keys
+    )
+    assert jumped.first_shown_ms is not None and jumped.first_shown_ms >= jumped.keys[0].ms
+
+
+def test_the_jump_user_types_each_files_points_one_after_the_other() -> None:
+    a1, b1, a2, b2 = (
+        Point(f"file:///{n}", "python", "", i, "", "x")
+        for n, i in (("a.py", 1), ("b.py", 1), ("a.py", 9), ("b.py", 9))
+    )
+    assert file_by_file([a1, b1, a2, b2]) == [a1, a2, b1, b2]
+
+
+def test_a_server_is_left_alone_while_it_warms(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(typist, "SETTLE_MAX_S", 60.0)
+    server = typist.ReplayedServer("s", {}, "standin", 1, 5.0)
+    answers = iter([{"warming": True}, {"warming": True}, {"warming": False}, {"warming": True}])
+    asked: list[str] = []
+
+    async def status() -> dict[str, Any]:
+        asked.append("status")
+        return next(answers)
+
+    server.status = status  # type: ignore[method-assign]
+    asyncio.run(server.settle())
+    assert len(asked) == 3  # until it no longer warms

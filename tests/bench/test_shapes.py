@@ -91,8 +91,8 @@ def test_without_llama_quantize_the_command_says_how_to_build_it(tmp_path: Path,
 
 
 def test_the_window_is_what_the_prompt_rate_evaluates_in_two_seconds() -> None:
-    assert window_tokens(100.0, default=1536) == 200
-    assert window_tokens(5000.0, default=1536) == 1536
+    assert window_tokens(100.0, 10.0) == 200
+    assert window_tokens(5000.0, 10.0) == 1536
 
 
 def _canned() -> dict:

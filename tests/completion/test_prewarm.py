@@ -19,11 +19,17 @@ from structspec.completion.prewarm import (
     opening_offset,
     prefill_in_chunks,
 )
-from structspec.completion.prompt import ANCHOR_CHARS, FIRST_WINDOW_MIN, PromptBuilder
+from structspec.completion.prompt import (
+    ANCHOR_CHARS,
+    FIRST_WINDOW_MIN,
+    Prompt,
+    PromptBuilder,
+    choose_window,
+)
 from structspec.completion.service import CompletionRequest, CompletionService
 from structspec.config import Settings
 from structspec.model.base import Interrupt, common_prefix_len
-from structspec.model.extras import interrupted_by
+from structspec.model.extras import interrupted_by, kv_slots
 from structspec.model.standin import StandInModel
 
 PY = "".join(f"value_{i} = compute({i}, step=2)\n" for i in range(120))
@@ -48,6 +54,40 @@ class RecordingStandIn(StandInModel):
         reused = super().prefill(tokens)
         self.prefills.append((len(tokens), reused))
         return reused
+
+
+class SlottedStandIn(RecordingStandIn):
+    """The stand-in with ``slots`` KV caches, chosen as the GGUF model chooses them.
+
+    A prompt goes to the slot holding the longest prefix of it, unless that is
+    less than half of either: then to the least recently used one (``model/llama.py``).
+    """
+
+    def __init__(self, slots: int = 3, **kw):
+        super().__init__(**kw)
+        self.slots: list[list[int]] = [[] for _ in range(slots)]
+        self.used = [0] * slots
+        self.current = 0
+
+    def reusable_prefix(self, tokens: Sequence[int]) -> int:
+        return max(common_prefix_len(held, tokens) for held in self.slots)
+
+    def _choose(self, tokens: Sequence[int]) -> None:
+        self.slots[self.current] = list(self._cache)
+        held = [common_prefix_len(h, tokens) for h in self.slots]
+        best = max(range(len(held)), key=lambda i: held[i])
+        if held[best] * 2 < min(len(self.slots[best]), len(tokens)):  # less than half its own
+            best = min(range(len(held)), key=lambda i: self.used[i])
+        self.current, self._cache = best, list(self.slots[best])
+        self.used[best] = max(self.used) + 1
+
+    def prefill(self, tokens: Sequence[int]) -> int:
+        self._choose(tokens)
+        return super().prefill(tokens)
+
+    def prefill_part(self, tokens: Sequence[int], n: int) -> int:
+        self._choose(tokens)
+        return super().prefill(tokens[:n])
 
 
 def make_service(model: StandInModel, **settings) -> CompletionService:
@@ -368,6 +408,45 @@ async def test_a_document_that_fits_its_window_is_warmed_from_its_start_for_ever
     assert svc.join()
 
 
+async def test_a_document_past_its_window_is_warmed_from_its_start_in_a_spare_slot():
+    """Longer than its window (1536), opened and edited at once far below its top: after
+    the edit's place, its top is warmed in a spare KV slot, so a jump there (no cursor
+    report, no request there before) finds its prompt cached."""
+    model = SlottedStandIn(n_ctx=4096, eos_bias=-3.0)
+    assert kv_slots(model) is model
+    svc = make_service(model)
+    uri = "file:///p/mid.py"
+    text = "".join(f"item_{i} = load({i})\n" for i in range(110))  # ~2,300 tokens
+    assert len(model.tokenize(text, add_bos=False)) > 1536
+    svc.open_document(uri, "python", 1, text)  # its own pre-warm never starts: an edit comes
+    svc.change_document(uri, 2, [TextChange("x", Range(90, 0, 90, 0))])
+    await wait_for(lambda: svc.stats.prewarmed == 2)  # the edit's place, then the top
+    model.prefills.clear()
+    await svc.complete(CompletionRequest(uri, 15, 4, invoked=True))  # above the place's window
+    tokens, reused = model.prefills[0]
+    assert tokens > 250 and reused >= tokens - 2  # from the document's start, cached
+    svc.close()
+    assert svc.join()
+
+
+async def test_the_top_of_a_long_document_waits_for_a_spare_slot():
+    """The same on a model with one KV cache: the top is not warmed over the place the
+    user was (no slot to spare for it), and the jump evaluates its window."""
+    model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
+    svc = make_service(model)
+    uri = "file:///p/mid.py"
+    svc.open_document(uri, "python", 1, "".join(f"item_{i} = load({i})\n" for i in range(110)))
+    svc.change_document(uri, 2, [TextChange("x", Range(90, 0, 90, 0))])
+    await wait_for(lambda: svc.stats.prewarmed == 1)
+    model.prefills.clear()
+    await svc.complete(CompletionRequest(uri, 15, 4, invoked=True))
+    assert svc.stats.prewarmed == 1  # the request came after the whole pre-warm: no top
+    tokens, reused = model.prefills[0]
+    assert reused < tokens - 100
+    svc.close()
+    assert svc.join()
+
+
 async def test_the_other_latest_places_are_warmed_after_the_current_one():
     model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
     svc = make_service(model)
@@ -406,3 +485,26 @@ async def test_a_request_abandons_the_growing_window_and_the_first_one_is_kept()
     assert all(reused >= n - 2 for n, reused in model.prefills)  # nothing was evaluated again
     svc.close()
     assert svc.join()
+
+
+def test_a_jump_takes_the_full_window_from_a_fresh_cut_where_that_is_cached():
+    """The kept cut's full window leaves less than a first window to evaluate, but the full
+    window from a fresh cut (pre-warm evaluated the document from its start) leaves less."""
+    model = StandInModel(n_ctx=4096)
+    fresh = Prompt(list(range(1, 301)), 0, 900, 900, False)
+    kept = Prompt([7, *range(400, 600)], 500, 900, 900, False)
+    built: list[int | None] = []
+
+    def build(window_tokens: int, hint: int | None) -> Prompt:
+        built.append(hint)
+        return kept if hint is not None else fresh
+
+    model.prefill(fresh.tokens)  # the document's start, warmed
+    assert choose_window(model, build, 500, 1536, FIRST_WINDOW_MIN) is fresh
+    model.truncate(0)
+    model.prefill(kept.tokens)  # typing on at the kept cut: nothing else is built
+    built.clear()
+    assert choose_window(model, build, 500, 1536, FIRST_WINDOW_MIN) is kept
+    assert built == [500]
+    model.truncate(0)  # nothing cached: the kept cut's window, it fits a first window
+    assert choose_window(model, build, 500, 1536, FIRST_WINDOW_MIN) is kept

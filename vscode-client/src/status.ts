@@ -33,6 +33,18 @@ export interface ServerStatus {
   readonly message?: string;
   /** The server is evaluating a prompt ahead of its answer (state `busy`). */
   readonly warming?: boolean;
+  /** What the loaded model costs on this machine (absent: none loaded, or a remote backend). */
+  readonly cost?: ModelCost;
+}
+
+/** The server's `cost`: the model's measured rates and what they chose. */
+export interface ModelCost {
+  readonly promptTokensPerSecond: number;
+  readonly decodeTokensPerSecond: number;
+  /** The prompt window in use (`structspec.windowTokens`, chosen from the rates unless set). */
+  readonly windowTokens: number;
+  /** The expected wait for a first suggestion at a new place. */
+  readonly firstSuggestionMs: number;
 }
 
 function num(value: unknown): number | undefined {
@@ -41,6 +53,24 @@ function num(value: unknown): number | undefined {
 
 function str(value: unknown): string | undefined {
   return typeof value === 'string' && value.length > 0 ? value : undefined;
+}
+
+/** Validate the status' `cost`; `undefined` unless every field is a number. */
+function parseCost(value: unknown): ModelCost | undefined {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    return undefined;
+  }
+  const c = value as Record<string, unknown>;
+  const cost = {
+    promptTokensPerSecond: num(c.promptTokensPerSecond),
+    decodeTokensPerSecond: num(c.decodeTokensPerSecond),
+    windowTokens: num(c.windowTokens),
+    firstSuggestionMs: num(c.firstSuggestionMs),
+  };
+  if (Object.values(cost).some((v) => v === undefined)) {
+    return undefined;
+  }
+  return cost as ModelCost;
 }
 
 /**
@@ -83,6 +113,7 @@ export function parseStatus(params: unknown): ServerStatus | undefined {
     lastLatencyMs: num(p.lastLatencyMs),
     message: str(p.message),
     warming: p.warming === true,
+    cost: parseCost(p.cost),
   };
   return status;
 }
@@ -119,6 +150,18 @@ export function formatMetrics(status: ServerStatus | undefined): string {
     parts.push(`$(check) ${Math.round(status.acceptance * 100)}%`);
   }
   return parts.join(' · ');
+}
+
+/** The tooltip's lines on what the model costs here (none without a cost). */
+export function costLines(cost: ModelCost | undefined): string[] {
+  if (cost === undefined) {
+    return [];
+  }
+  const first = cost.firstSuggestionMs < 1000 ? `${Math.round(cost.firstSuggestionMs)} ms` : `${(cost.firstSuggestionMs / 1000).toFixed(1)} s`;
+  return [
+    `On this machine: prompt ${Math.round(cost.promptTokensPerSecond)} tokens/s, decode ${cost.decodeTokensPerSecond.toFixed(1)} tokens/s`,
+    `Prompt window: ${cost.windowTokens} tokens; first suggestion at a new place in about ${first}`,
+  ];
 }
 
 /**
@@ -175,6 +218,7 @@ export function statusView(state: DisplayState, last: ServerStatus | undefined, 
   if (last?.lastLatencyMs !== undefined) {
     lines.push(`Last latency: ${Math.round(last.lastLatencyMs)} ms`);
   }
+  lines.push(...costLines(last?.cost));
   lines.push('Click to show the log');
   return { text, tooltip: lines.join('\n'), error: state === 'error' };
 }

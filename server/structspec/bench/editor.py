@@ -42,6 +42,11 @@ keystrokes were answered before the next one, how many of those answers
 showed a suggestion, and how long after the first keystroke at a point the
 first suggestion appeared, with the prompt evaluation of a new place in it.
 
+A fourth server, ``structspec, jump``, is a plain client (no
+``structspec/didMoveCursor``) that opens each file or jumps far within it and
+types the line at once (``bench/jump.py``): it reports the wait for the first
+suggestion at a new place and the empty answers by the server's reason.
+
 The configurations run as servers side by side, typing in turn at each cursor
 point (each left alone for ``SETTLE_S`` after its turn, so that its
 background work does not slow the next server's), so a busy phase of a shared
@@ -84,6 +89,7 @@ from typing import TYPE_CHECKING, Any
 from structspec.bench.editor_report import print_plan, report_results
 from structspec.bench.editor_stats import ConfigResult
 from structspec.bench.harness import NEAR_TIE, Exactness, output_gaps
+from structspec.bench.jump import JUMP, JumpServer
 from structspec.bench.points import (
     MAX_CHARS,
     POINTS_PER_FILE,
@@ -224,6 +230,7 @@ def run_editor_benchmark(
     contention: int = 0,
     exactness: bool = True,
     paced: bool = True,
+    jump: bool = True,
     timeout_s: float = 300.0,
     log_dir: Path | None = None,
     record: Path | None = None,
@@ -238,7 +245,8 @@ def run_editor_benchmark(
     processes for a second, loaded replay of ``structspec`` (0: none).
     ``exactness``: the teacher-forced check of the traced tokens. ``paced``: also a
     ``structspec`` server typed at ``PACE_MS`` (quiet, and loaded with ``contention``),
-    reported apart (``paced_summary``). ``log_dir``: each
+    reported apart (``paced_summary``). ``jump``: also the "jump and type" user
+    (``bench/jump.py``), quiet only, reported apart (``jump_summary``). ``log_dir``: each
     server writes its log there (``<configuration>.log``). ``record``: keep the
     ``structspec`` server's trace at ``<record>.trace.jsonl`` and write it as a
     recording for ``structspec benchmark --replay`` to ``record``
@@ -259,7 +267,9 @@ def run_editor_benchmark(
     languages: dict[str, int] = {}
     for name in files:
         languages[language_id(name)] = languages.get(language_id(name), 0) + 1
-    runs = _Configurations(model, threads, timeout_s, log_dir, variant, backend, paced=paced)
+    runs = _Configurations(
+        model, threads, timeout_s, log_dir, variant, backend, paced=paced, jump=jump
+    )
     print_plan(files, languages, points, runs.variant_label, threads, out)
     if backend is not None:
         out(f"  remote engine: {backend.label}")
@@ -286,6 +296,7 @@ def run_editor_benchmark(
         "keystrokes": sum(len(p.typed) for p in points),
         "configs": n.summaries,
         "paced": n.paced,
+        "jump": n.jump,
         "speculation_ratio": round(n.speculation_ratio, 2),
         "speculation_decode_ratio": round(n.speculation_decode_ratio, 2),
         "contention_ratio": round(n.contention_ratio, 2),
@@ -307,9 +318,10 @@ class _Configurations:
         backend: RemoteEngine | None,
         *,
         paced: bool,
+        jump: bool = False,
     ) -> None:
         self.model, self.threads, self.timeout_s, self.log_dir = model, threads, timeout_s, log_dir
-        self.paced = paced
+        self.paced, self.jump = paced, jump
         self.variants = [(variant_name("structspec", variant), variant)] if variant else []
         self.variant_label = self.variants[0][0] if self.variants else None
         self.configs = [*CONFIGS, *self.variants]
@@ -350,6 +362,12 @@ class _Configurations:
             replays += [
                 self.server(name, options, paced=True) for name, options in self.paced_configs
             ]
+        if self.jump:
+            replays.append(
+                JumpServer(
+                    points, JUMP, {}, self.model, self.threads, self.timeout_s, None, self.log_dir
+                )
+            )
         t0 = time.perf_counter()
         asyncio.run(_replay(replays, points, out))
         out(f"  replay done in {time.perf_counter() - t0:.1f} s")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from structspec.bench import typist
-from structspec.bench.editor_stats import ConfigResult, paced_summary
+from structspec.bench.editor_stats import ConfigResult, jump_summary, paced_summary
 from structspec.bench.harness import Exactness
 from structspec.bench.points import Point
 from structspec.bench.typist import Out
@@ -41,6 +41,7 @@ class EditorNumbers:
     model: str
     summaries: dict[str, dict[str, Any]]
     paced: dict[str, dict[str, Any]]
+    jump: dict[str, dict[str, Any]]
     speculation_ratio: float
     speculation_decode_ratio: float
     contention_ratio: float
@@ -64,7 +65,8 @@ def report_results(
     ``model``: the model spec, named when no server reported its model.
     """
     paced = {name: paced_summary(r.paced) for name, r in results.items() if r.paced}
-    summaries = {name: r.summary() for name, r in results.items() if not r.paced}
+    jump = {name: jump_summary(r.jumped) for name, r in results.items() if r.jumped}
+    summaries = {name: r.summary() for name, r in results.items() if not r.paced and not r.jumped}
     model_name = next((s["model"] for s in summaries.values() if s["model"]), model or "default")
     out(f"model: {model_name}")
     out(
@@ -78,8 +80,12 @@ def report_results(
     contention_ratio = _contention(summaries, loaded, loops, out)
     if paced:
         paced_report(paced, out)
+    for name, summary in jump.items():
+        jump_report(name, summary, max(width, len("keystroke to suggestion")), out)
     exact = _exactness(checked, out) if checked is not None else None
-    return EditorNumbers(model_name, summaries, paced, ratio, decode_ratio, contention_ratio, exact)
+    return EditorNumbers(
+        model_name, summaries, paced, jump, ratio, decode_ratio, contention_ratio, exact
+    )
 
 
 def _keystrokes(summaries: dict[str, dict[str, Any]], width: int, out: Out) -> None:
@@ -199,4 +205,30 @@ def table_header(first: str, width: int) -> str:
     return (
         f"{first:<{width}} {'n':>5} {'p50':>7} {'p95':>7} | {'model':>5} {'p50':>7} {'p95':>7} | "
         f"{'cache':>5} {'p50':>7} {'p95':>7}"
+    )
+
+
+def jump_report(name: str, summary: dict[str, Any], width: int, out: Out) -> None:
+    """Print the jump-and-type part of one configuration."""
+    f, fo, fj = summary["first_shown"], summary["first_shown_opened"], summary["first_shown_jumped"]
+    out(
+        f"jump and type ({name}: a plain client, no cursor report; at each new place a file "
+        f"opened or a jump within one, the line cleared and typed at once, a key every "
+        f"{typist.PACE_MS:.0f} ms or after the answer when it is slower):"
+    )
+    out(
+        f"first suggestion at a new place, ms from arriving: p50 {f['p50_ms']:.1f}, "
+        f"p95 {f['p95_ms']:.1f}, max {f['max_ms']:.1f} ({f['without']} of {f['n']} places "
+        f"without one; files opened: {fo['n']}, p50 {fo['p50_ms']:.1f}; jumps: {fj['n']}, "
+        f"p50 {fj['p50_ms']:.1f}) (target: p50 <= 250 ms, p95 <= 500 ms)"
+    )
+    out(table_header("keystroke to suggestion", width))
+    out(report_row("all keystrokes", summary["keys"], width))
+    out(report_row("first key at a place", summary["first_keys"], width))
+    out("(target: all keystrokes p95 <= 300 ms)")
+    reasons = ", ".join(f"{r} {n}" for r, n in summary["empty_reasons"].items()) or "none"
+    out(
+        f"empty answers while typing: {summary['empty']} of {summary['keys']['all']['n']:.0f} "
+        f"({summary['empty_fraction']:.1%}; target <= 10%): the model's choice "
+        f"{summary['empty_model_choice']}, others {summary['empty_other']} (by reason: {reasons})"
     )

@@ -91,6 +91,7 @@ class ConfigResult:
     no_suggestion_points: int = 0  # points where nothing came back to accept
     status: dict[str, Any] = field(default_factory=dict)
     paced: list[PacedPoint] = field(default_factory=list)  # a paced configuration's points
+    jumped: list[JumpPlace] = field(default_factory=list)  # the "jump and type" user's places
 
     def summary(self) -> dict[str, Any]:
         stats = self.status.get("stats", {}) if isinstance(self.status, dict) else {}
@@ -118,3 +119,61 @@ def without_model(stats: dict[str, Any]) -> int:
         for k, v in stats.items()
         if k.startswith(WITHOUT_MODEL_PREFIX) and isinstance(v, int) and not isinstance(v, bool)
     )
+
+
+#: Empty reasons that are the model's own choice (``completion/types.py``: ``EmptyReason``).
+MODEL_CHOICE = ("model-empty", "stop-rule")
+#: An empty answer the server's ``emptyReasons`` did not count.
+UNCOUNTED = "uncounted"
+
+
+@dataclass
+class JumpPlace:
+    """One new place of the "jump and type" user (``bench/jump.py``).
+
+    ``opened``: the file was opened there (else: a jump within a file already
+    open). ``keys[i]``: keystroke ``i``'s answer; ``reasons[i]``: the server's
+    empty reason for it (``None``: a suggestion was shown).
+    ``first_shown_ms``: from arriving to the first suggestion shown (``None``:
+    none while the line was typed).
+    """
+
+    opened: bool
+    keys: list[Answer] = field(default_factory=list)
+    reasons: list[str | None] = field(default_factory=list)
+    first_shown_ms: float | None = None
+
+
+def jump_summary(places: Sequence[JumpPlace]) -> dict[str, Any]:
+    """The "jump and type" numbers: first suggestion at a new place, keystrokes, empty answers."""
+
+    def firsts(kind: Sequence[JumpPlace]) -> dict[str, float]:
+        ms = [p.first_shown_ms for p in kind if p.first_shown_ms is not None]
+        return {
+            "n": len(kind),
+            "without": len(kind) - len(ms),
+            "p50_ms": round(percentile(ms, 50), 1),
+            "p95_ms": round(percentile(ms, 95), 1),
+            "max_ms": round(max(ms, default=0.0), 1),
+        }
+
+    keys = [a for p in places for a in p.keys]
+    reasons: dict[str, int] = {}
+    for p in places:
+        for reason in p.reasons:
+            if reason is not None:
+                reasons[reason] = reasons.get(reason, 0) + 1
+    empty = sum(reasons.values())
+    model_choice = sum(n for r, n in reasons.items() if r in MODEL_CHOICE)
+    return {
+        "first_shown": firsts(places),
+        "first_shown_opened": firsts([p for p in places if p.opened]),
+        "first_shown_jumped": firsts([p for p in places if not p.opened]),
+        "keys": split_answers(keys),
+        "first_keys": split_answers([p.keys[0] for p in places if p.keys]),
+        "empty": empty,
+        "empty_fraction": round(empty / len(keys), 4) if keys else 0.0,
+        "empty_model_choice": model_choice,
+        "empty_other": empty - model_choice,
+        "empty_reasons": dict(sorted(reasons.items())),
+    }

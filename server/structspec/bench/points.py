@@ -151,6 +151,8 @@ class Point:
     line: int
     indent: str
     typed: str
+    #: The rest of the line's real text after ``typed`` (cut at ``max_chars``).
+    rest: str = ""
 
 
 def plan_points(files: Sequence[str], points_per_file: int, max_chars: int) -> list[Point]:
@@ -178,8 +180,9 @@ def plan_points(files: Sequence[str], points_per_file: int, max_chars: int) -> l
             indent = body[: len(body) - len(body.lstrip())]
             ending = lines[i][len(body) :] or "\n"
             text = "".join(lines[:i]) + indent + ending + "".join(lines[i + 1 :])
-            typed = body[len(indent) :][:max_chars]
-            points.append(Point(uri, language_id(name), text, i, indent, typed))
+            code = body[len(indent) :]
+            typed, rest = code[:max_chars], code[max_chars:]
+            points.append(Point(uri, language_id(name), text, i, indent, typed, rest))
     return points
 
 

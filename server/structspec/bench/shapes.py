@@ -23,9 +23,9 @@ real architecture, hyper-parameters, vocabulary size and quantization mix and
 3. replays the recorded greedy outputs (``bench/replay.py``; the recordings
    are of the default model, so the acceptance is that model's) under each
    shape's cost table: the speed-up speculation would give at that cost;
-4. ``window_tokens``: the prompt window the machine evaluates in
-   ``WINDOW_SECONDS`` at the measured prompt rate, at most the default
-   ``windowTokens``.
+4. ``window_tokens``: the prompt window the adaptive defaults choose at the
+   measured rates (``structspec.rates``: what the machine evaluates in
+   ``WINDOW_SECONDS``, at most the static default ``windowTokens``).
 
 The weights are random: the figures say what a pass costs, nothing about the
 quality of a suggestion.
@@ -53,9 +53,10 @@ from structspec.bench.shape_models import (
     shape_path,
 )
 from structspec.config import Settings
+from structspec.rates import WARM_S, Rates, adaptive_defaults
 
 #: A new place should be warm within this many seconds (the window's budget).
-WINDOW_SECONDS = 2.0
+WINDOW_SECONDS = WARM_S
 #: The cost table's row counts (``runtime.measure_verify_cost``).
 ROWS = 16
 
@@ -146,9 +147,9 @@ def _measure_in_child(path: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- prediction and the window ----------------------------------------------
-def window_tokens(prompt_tps: float, default: int = Settings().window_tokens) -> int:
-    """The window evaluated within ``WINDOW_SECONDS`` at ``prompt_tps``, at most ``default``."""
-    return max(0, min(default, int(prompt_tps * WINDOW_SECONDS)))
+def window_tokens(prompt_tps: float, decode_tps: float) -> int:
+    """The ``windowTokens`` the adaptive defaults choose at these rates (``structspec.rates``)."""
+    return adaptive_defaults(Rates(prompt_tps, decode_tps))["window_tokens"]
 
 
 def predicted_speedups(
@@ -339,7 +340,7 @@ def run_shapes(args: argparse.Namespace, command: str) -> int:
             report["shapes"][name] = {"error": str(exc)}
             failed = True
             continue
-        r["window_tokens"] = window_tokens(r["prompt_tps"])
+        r["window_tokens"] = window_tokens(r["prompt_tps"], r["decode_tps"])
         report["shapes"][name] = r
     tables = {n: r["verify_ms"][r["head"]] for n, r in report["shapes"].items() if "error" not in r}
     from structspec.bench.replay import ReplayError

@@ -46,6 +46,10 @@ MAX_ACCEPTS = 4
 #: Seconds a server is left alone after its turn at a point (longer than its
 #: pre-generation of at most ``maxTokens`` tokens on this class of machine).
 SETTLE_S = 3.0
+#: Seconds more, at most, it is left alone while its status says it is warming
+#: (pre-warm of a whole document takes seconds): its background work must not
+#: slow the next server's turn.
+SETTLE_MAX_S = 20.0
 
 #: The paced user's keystroke interval (ms): about 80 words a minute, a fast typist's
 #: steady pace, faster than most answers the model computes.
@@ -104,6 +108,7 @@ class ReplayedServer:
         self.opened: dict[str, int] = {}
         self.text = ""
         self.served = 0  # the status' answers without the model so far
+        self.stats: dict[str, Any] = {}  # the status' counters after the latest answer
 
     def failure(self, exc: BaseException) -> RuntimeError:
         self.stderr.seek(0)
@@ -209,7 +214,8 @@ class ReplayedServer:
             self.timeout_s,
         )
         ms = (time.perf_counter() - t0) * 1000.0
-        served = without_model((await self.status()).get("stats", {}))  # not timed
+        self.stats = (await self.status()).get("stats", {})  # not timed
+        served = without_model(self.stats)
         cached, self.served = served > self.served, served
         items = answer.get("items") if isinstance(answer, dict) else None
         text = items[0].get("insertText") if items and isinstance(items[0], dict) else None
@@ -318,10 +324,19 @@ class ReplayedServer:
         else:
             await self.accept_at(point)
             await self.type_point(point)
-        # The user moves on; the server's background work (pre-generation after
-        # the last answer) ends before the next server types, so one server's
-        # idle work never slows another's turn.
+        await self.settle()
+
+    async def settle(self) -> None:
+        """Leave the server alone for ``SETTLE_S``, then while it warms (``SETTLE_MAX_S`` at most).
+
+        The user moves on; the server's background work (pre-generation after
+        the last answer, pre-warm) ends before the next server types, so one
+        server's idle work never slows another's turn.
+        """
         await asyncio.sleep(SETTLE_S)
+        deadline = time.monotonic() + SETTLE_MAX_S
+        while time.monotonic() < deadline and (await self.status()).get("warming"):
+            await asyncio.sleep(0.2)
 
 
 async def start_server(server: ReplayedServer, out: Out) -> None:

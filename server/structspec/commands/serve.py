@@ -24,7 +24,7 @@ import errno
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -203,12 +203,23 @@ def _setting_backend(backend: str) -> str:
     return backend if backend == AUTO else split_url(backend)[0]
 
 
-def _model_app(args: argparse.Namespace, settings: Settings) -> tuple[Any, str, Callable[[], None]]:
-    """The OpenAI-compatible app over the model's engine, and its shutdown hook."""
+def _model_app(
+    args: argparse.Namespace, settings: Settings, explicit: Collection[str] = ()
+) -> tuple[Any, str, Callable[[], None]]:
+    """The OpenAI-compatible app over the model's engine, and its shutdown hook.
+
+    Its ``/metrics`` say what the model costs here (``structspec_model_cost``,
+    shown by ``structspec status``): the measured rates, and the window and
+    first-suggestion time an editor gets from them (``explicit``: the
+    settings a layer set, which the adaptive defaults leave).
+    """
+    from structspec.completion.status import model_cost
     from structspec.http.app import create_app
-    from structspec.runtime import load_engine
+    from structspec.rates import adapt
+    from structspec.runtime import load_engine, model_rates
 
     engine = load_engine(settings)
+    rates = model_rates(engine.model)
     model_id = _model_id(settings.model, engine.model.name)
     app = create_app(
         engine,
@@ -220,6 +231,9 @@ def _model_app(args: argparse.Namespace, settings: Settings) -> tuple[Any, str, 
         speculative=settings.speculative and not args.greedy,
         token_healing=settings.token_healing,
     )
+    if rates is not None:
+        cost = model_cost(rates, adapt(settings, rates, explicit))
+        app.state.server.metrics.set_model_cost(cost.measures())
     return app, f"model {model_id!r}", app.state.server.begin_shutdown
 
 
@@ -231,7 +245,8 @@ def run(args: argparse.Namespace) -> int:
     if args.backend and args.model:
         raise UserError("--model and --backend exclude each other (a proxy runs no model)")
     # Settings are checked in both modes: a broken config file is refused, not ignored.
-    settings = settings_from_args(args, max_tokens=args.max_tokens).settings
+    loaded = settings_from_args(args, max_tokens=args.max_tokens)
+    settings = loaded.settings
     if args.backend is None and args.model is None and settings.backend:
         args.backend = _setting_backend(settings.backend)
     api_key = _key(args.api_key, API_KEY_ENV, f"--api-key / ${API_KEY_ENV}")
@@ -265,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
     if args.backend:
         app, what = _proxy_app(args, api_key, backend_key)
     else:
-        app, what, on_exit = _model_app(args, settings)
+        app, what, on_exit = _model_app(args, settings, loaded.explicit)
     if not loopback and api_key is None:
         print(
             f"structspec: warning: listening on {args.host}, reachable from other machines, "

@@ -2,8 +2,11 @@
 
 Scrapes ``URL/metrics`` every ``--interval`` seconds and shows requests,
 tokens, tokens/s, tokens per verification pass, draft acceptance per source,
-queue depth and latency quantiles (estimated from the histogram buckets, as
-Prometheus' ``histogram_quantile`` does). ``--once`` prints one snapshot
+queue depth, what the model costs on that machine (its prompt and decode
+tokens/s, measured once per model and machine, the prompt window they choose
+and the expected first-suggestion time at a new place) and latency quantiles
+(estimated from the histogram buckets, as Prometheus' ``histogram_quantile``
+does). ``--once`` prints one snapshot
 (``--json`` as JSON) and exits; a server that does not answer is exit status 2.
 A server started with an API key is scraped with ``$STRUCTSPEC_API_KEY``.
 """
@@ -65,6 +68,19 @@ def _s(seconds: float | None) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
+def model_cost_line(cost: dict[str, float]) -> str:
+    """What the model costs on the server's machine ('' until known, and for a proxy)."""
+    try:
+        return (
+            f"prompt {cost['prompt_tokens_per_second']:.0f} tok/s, "
+            f"decode {cost['decode_tokens_per_second']:.1f} tok/s; "
+            f"window {cost['window_tokens']:.0f} tokens, "
+            f"first suggestion at a new place in about {_s(cost['first_suggestion_seconds'])}"
+        )
+    except KeyError:
+        return ""
+
+
 def render(snap: Snapshot, url: str) -> Any:
     from rich.console import Group
     from rich.panel import Panel
@@ -97,6 +113,9 @@ def render(snap: Snapshot, url: str) -> Any:
         )
     else:
         rows.append(("relay", f"{snap.chunks:.0f} chunks, p50 {_s(snap.relay_p50_s)} added"))
+    cost = model_cost_line(snap.model_cost)
+    if cost:
+        rows.append(("model here", cost))
     for k, v in rows:
         head.add_row(k, v)
     parts: list[Any] = [head]

@@ -13,9 +13,11 @@ prefill chunks or two verification passes.
   then the full window there, which the document's kept cut moves to once it
   is cached (the window grows while the user reads). Then where the user is
   likely to go without telling us (no ``structspec/didMoveCursor``: Helix,
-  Emacs, Sublime): a document that fits its window is evaluated from its
-  start to its end, a prefix every cursor in it shares; another gets the
-  full windows of its other latest places (``jobs.Session.places``);
+  Emacs, Sublime): a document that does not fit its window gets the full
+  windows of its other latest places (``jobs.Session.places``); then a
+  document is evaluated from its start to the end of what its window holds
+  from there (its end when it fits; for a longer one, when a KV slot is
+  spare for it), a prefix every cursor there shares;
 - *pre-generation*: once a suggestion is shown, the model keeps writing past
   its end (``generate.continue_generation``), so that accepting it (whole, a
   line, a word) and going on is answered from what is written
@@ -41,6 +43,7 @@ from structspec.completion.generate import (
     build_prompt,
     continue_generation,
 )
+from structspec.completion.host import KV_SLOTS
 from structspec.completion.jobs import Job, JobMaker, Session
 from structspec.completion.prewarm import (
     PLACE_CHARS,
@@ -54,7 +57,7 @@ from structspec.completion.stats import AcceptanceStats
 from structspec.completion.status import StatusBoard
 from structspec.completion.worker import Worker
 from structspec.config import Settings
-from structspec.model.extras import interrupted_by
+from structspec.model.extras import interrupted_by, kv_slots
 
 log = logging.getLogger(__name__)
 
@@ -239,9 +242,12 @@ class Background:
         The job's place (an offset below zero: an opened document's top) gets
         the prompt a request there would build now, then, when that is a first
         window (``prompt.grows``), the full window, and the kept cut moves to it
-        once it is cached. A document that fits its window is then evaluated
-        from its start to its end (every cursor in it shares that prefix);
-        else the full windows of the places ``elsewhere`` are evaluated.
+        once it is cached. Then the full windows of the places ``elsewhere``
+        (none when the document fits its window), and last the document from
+        its start to ``opening_offset`` (its end when it fits its window;
+        else only when a KV slot is spare for it): a cursor there, at a jump
+        without a cursor report, keeps the cut at the document's start and
+        finds its prompt cached.
         """
         inputs, host = job.input, self._worker.host
         if job.cancelled() or self._worker.closed or not inputs.settings.prefix_reuse:
@@ -258,7 +264,7 @@ class Background:
             if opened:
                 inputs, elsewhere = replace(inputs, offset=opening), ()
             elif opening == len(inputs.text):  # the whole document fits its window
-                elsewhere = (opening,)
+                elsewhere = ()
 
             def warm(prompt: Prompt) -> bool:
                 tokens = prompt.tokens[:-1]
@@ -280,6 +286,16 @@ class Background:
             for at in elsewhere:
                 there = replace(inputs, offset=at)
                 if not warm(build_prompt(prompts, snippets, there, None, full=True)):
+                    return
+                self._stats.prewarmed += 1
+            # Its top, when it fits its window (the whole document) or a KV slot is
+            # spare for it (one holds this place, one each of the places elsewhere).
+            top = opening == len(inputs.text) or (
+                kv_slots(model) is not None and 1 + len(elsewhere) < KV_SLOTS
+            )
+            if top and not opened:  # every cursor there keeps the cut at its start
+                top_inputs = replace(inputs, offset=opening)
+                if not warm(build_prompt(prompts, snippets, top_inputs, 0, full=True)):
                     return
                 self._stats.prewarmed += 1
         except Exception:  # a failed pre-warm costs nothing but its time

@@ -17,9 +17,14 @@ calibrating it blocks). What it keeps and when it rebuilds it:
   remote engine's client (``remote``), keyed on the backend settings; the
   local model is closed then, and the client when the setting is emptied.
 
-Outcomes are reported through ``on_loaded(name, warnings)`` and
-``on_failed(message)``, called on the worker thread (the service forwards them
-to its event loop).
+The model's prompt and decode rates on this machine (``rates``, measured once
+per model and machine and cached: ``runtime.model_rates``) are taken when it
+loads: they seed the prompt builder's running prompt rate and choose the
+adaptive defaults (``structspec.rates``).
+
+Outcomes are reported through ``on_loaded(name, warnings, rates)`` (``rates``
+``None`` for a remote engine) and ``on_failed(message)``, called on the worker
+thread (the service forwards them to its event loop).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from structspec.config import Settings
 from structspec.engine.decode import Engine
 from structspec.model.base import Model, ModelError
 from structspec.model.extras import close_model
+from structspec.rates import Rates
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +60,10 @@ Announce = Callable[[str], None]
 ModelOpener = Callable[..., Model]
 #: ``(settings, model=, announce=) -> (engine, warnings)``
 EngineLoader = Callable[..., tuple[Engine, list[str]]]
+#: ``(model, announce) -> rates`` of a loaded model on this machine (``None``: none).
+RateMeter = Callable[[Model, Announce], Rates | None]
+#: ``(name, warnings, rates)``: a model or backend is ready.
+Loaded = Callable[[str, list[str], Rates | None], None]
 
 ModelKey = tuple[str, int, int, int, RemoteKey]
 EngineKey = tuple[tuple[str, ...], str]
@@ -84,6 +94,12 @@ def default_load_engine(settings: Settings, **kwargs: Any) -> tuple[Engine, list
     return load_available_engine(settings, **kwargs)
 
 
+def default_model_rates(model: Model, announce: Announce) -> Rates | None:
+    from structspec.runtime import model_rates
+
+    return model_rates(model, announce)
+
+
 class EngineHost:
     """The model, engine, prompt builder, corpus and snippets of the worker thread."""
 
@@ -91,17 +107,21 @@ class EngineHost:
         self,
         *,
         announce: Announce,
-        on_loaded: Callable[[str, list[str]], None],
+        on_loaded: Loaded,
         on_failed: Callable[[str], None],
         open_model: ModelOpener = default_open_model,
         load_engine: EngineLoader = default_load_engine,
+        model_rates: RateMeter = default_model_rates,
     ) -> None:
         self._announce = announce
+        self._model_rates = model_rates
         self._on_loaded = on_loaded
         self._on_failed = on_failed
         self._open_model = open_model
         self._load_engine = load_engine
         self.model: Model | None = None
+        #: The loaded model's rates on this machine (``None`` until one is loaded).
+        self.rates: Rates | None = None
         self.engine: Engine | None = None
         self.prompts: PromptBuilder | None = None
         self.corpus = CorpusCache()
@@ -132,7 +152,10 @@ class EngineHost:
             return None
         try:
             self.remote = RemoteCompleter(
-                settings, on_loaded=self._on_loaded, on_failed=self._on_failed, url=url
+                settings,
+                on_loaded=lambda name, notes: self._on_loaded(name, notes, None),
+                on_failed=self._on_failed,
+                url=url,
             )
         except ValueError as exc:  # a URL or template that slipped past config's checks
             message = f"structspec: cannot use backend {settings.backend!r}: {exc}"
@@ -204,7 +227,7 @@ class EngineHost:
                 settings, model=self.model, announce=self._announce
             )
             self._engine_key = ekey
-            self._on_loaded(self.model.name, warnings)
+            self._on_loaded(self.model.name, warnings, self.rates)
         return self.engine
 
     def _load_model(self, settings: Settings, key: ModelKey) -> None:
@@ -231,13 +254,24 @@ class EngineHost:
             self._on_failed(message)
             raise ModelError(message) from None
         self._failed = None
-        self.model, self._model_key = model, key
-        self.prompts = PromptBuilder(model)
+        try:
+            rates = self._model_rates(model, self._announce)
+        except Exception:  # measuring must not cost the model: the static defaults apply
+            log.exception("measuring the model's rates failed")
+            rates = None
+        if rates is not None:
+            self._announce(
+                f"structspec: {model.name} evaluates {rates.prompt_tps:.0f} prompt tokens/s and "
+                f"decodes {rates.decode_tps:.1f} tokens/s on this machine"
+            )
+        self.model, self._model_key, self.rates = model, key, rates
+        self.prompts = PromptBuilder(model, None if rates is None else rates.prompt_tps)
         self.corpus = CorpusCache()
 
     def close(self) -> None:
         """Free the model and the remote client now (the next request makes them again)."""
         model, self.model, self.engine, self.prompts = self.model, None, None, None
+        self.rates = None
         self._model_key = self._engine_key = None
         close_model(model)
         remote, self.remote = self.remote, None

@@ -19,7 +19,8 @@ below what it holds of this prompt).
 Every chunk is also a measurement: its tokens over its seconds feed the
 prompt rate (``PromptRate``, a running median kept by the prompt builder),
 which sizes the window of a first answer at a new place
-(``prompt.first_window``). No separate measurement pass runs at load.
+(``prompt.first_window``), starting from the rate measured when the model
+loaded.
 
 Without the editor's cursor report (Helix, Emacs, Sublime) the places worth
 warming are where the user last edited or asked (``Places``, a few per
@@ -66,11 +67,15 @@ class PromptRate:
 
     The median of the last ``RATE_SAMPLES`` chunks, so one chunk slowed by a
     neighbour process (or sped up by a state read back from the prefix cache)
-    does not move it. Read and written on the worker thread only.
+    does not move it. Before any chunk: ``initial``, the model's rate measured
+    at load (``runtime.model_rates``), else ``DEFAULT_PROMPT_RATE``. Read and
+    written on the worker thread only.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, initial: float | None = None) -> None:
         self._samples: deque[float] = deque(maxlen=RATE_SAMPLES)
+        self._initial = DEFAULT_PROMPT_RATE if initial is None else initial
+        self._measured_at_load = initial is not None
 
     def observe(self, tokens: int, seconds: float) -> None:
         """A chunk evaluated ``tokens`` tokens in ``seconds``."""
@@ -82,9 +87,14 @@ class PromptRate:
         return bool(self._samples)
 
     @property
+    def known(self) -> bool:
+        """Measured by a chunk, or at load: not the assumed ``DEFAULT_PROMPT_RATE``."""
+        return bool(self._samples) or self._measured_at_load
+
+    @property
     def tokens_per_s(self) -> float:
-        """The median of the latest chunks; ``DEFAULT_PROMPT_RATE`` before any."""
-        return statistics.median(self._samples) if self._samples else DEFAULT_PROMPT_RATE
+        """The median of the latest chunks; the initial rate before any."""
+        return statistics.median(self._samples) if self._samples else self._initial
 
 
 class Places:

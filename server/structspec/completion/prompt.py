@@ -18,7 +18,8 @@ once it is cached (``choose_window``, ``grows``).
 With fill-in-the-middle tokens the order is prefix, suffix, middle
 (``FIM_PRE header+window FIM_SUF suffix FIM_MID``, after BOS when the
 vocabulary adds one): the stable part still comes first and only the short
-suffix after it is re-evaluated. The suffix is tokenized as a continuation:
+suffix after it is re-evaluated (so it holds what the machine evaluates in a
+share of a keystroke's answer: ``suffix_budget``). The suffix is tokenized as a continuation:
 a SentencePiece vocabulary's dummy leading space (CodeLlama's
 ``<PRE> prefix <SUF>suffix <MID>``) goes before the prefix only. Models
 without FIM tokens (Gemma 3) get the prefix only.
@@ -66,11 +67,21 @@ FIRST_ANSWER_S = 0.25
 #: infill suite's real files a 512-token window completed lines as well as
 #: 1,536 with the default model (``docs/MEASUREMENTS.md`` §5, ``--windows``).
 FIRST_WINDOW_MIN = 512
+#: Tokens left to evaluate of a kept window that the user is typing on (a key, a
+#: short paste): no other window is tokenized to compare with it.
+TYPED_ON = 8
 #: A prompt shorter than this share of the full one at the same place is grown
 #: by pre-warm (a window kept while typing holds 3/4 to all of its budget).
 GROW_BELOW = 2 / 3
-#: Suffix tokens kept in a FIM prompt (re-evaluated on every request).
+#: Suffix tokens kept in a FIM prompt, at most (re-evaluated on every request).
 FIM_SUFFIX_TOKENS = 256
+#: Seconds of a keystroke's answer the suffix's evaluation may take: typing
+#: changes the window's end, so every request evaluates the suffix again. At
+#: the measured prompt rate (``suffix_budget``): 16 tokens on a 1.5B model on 2
+#: cores (163 tokens/s), 256 from 2,560 tokens/s.
+SUFFIX_S = 0.1
+#: Fewest suffix tokens kept (about a line), whatever the rate.
+SUFFIX_MIN = 16
 #: Most tokens of project context before the window (and at most a third of the
 #: room and of the window's budget: a first window's prompt stays small).
 CONTEXT_TOKENS = 512
@@ -194,6 +205,19 @@ def window_budget(room: int, window_tokens: int) -> int:
     return min(room, window_tokens) if window_tokens > 0 else room
 
 
+def suffix_budget(tokens_per_s: float) -> int:
+    """FIM suffix tokens a request evaluates within ``SUFFIX_S`` at ``tokens_per_s``.
+
+    Between ``SUFFIX_MIN`` and ``FIM_SUFFIX_TOKENS``.
+    """
+    return max(SUFFIX_MIN, min(FIM_SUFFIX_TOKENS, int(tokens_per_s * SUFFIX_S)))
+
+
+def first_window_tokens(tokens_per_s: float, budget: int) -> int:
+    """What a first answer's window holds at ``tokens_per_s``, of ``budget`` (``first_window``)."""
+    return max(1, min(budget, max(FIRST_WINDOW_MIN, int(tokens_per_s * FIRST_ANSWER_S))))
+
+
 def first_window(model: Model, rate: PromptRate, max_tokens: int, window_tokens: int) -> int:
     """The window budget of a first answer at a new place (a window no KV slot holds).
 
@@ -209,11 +233,11 @@ def first_window(model: Model, rate: PromptRate, max_tokens: int, window_tokens:
     450-960 tokens/s: ``R * T`` is 110-240 tokens, so the floor decides, and
     a new place waits for 512 tokens instead of 1,536; a machine evaluating
     more than 2,048 tokens/s gets a wider first window. The FIM suffix comes
-    on top (at most ``FIM_SUFFIX_TOKENS``).
+    on top (``suffix_budget``).
     """
     budget = window_budget(prompt_room(model, max_tokens), window_tokens)
     tokens_per_s = rate.tokens_per_s / (2 if contended(model) else 1)
-    return max(1, min(budget, max(FIRST_WINDOW_MIN, int(tokens_per_s * FIRST_ANSWER_S))))
+    return first_window_tokens(tokens_per_s, budget)
 
 
 def to_evaluate(model: Model, prompt: Prompt) -> int:
@@ -232,21 +256,28 @@ def choose_window(
     """The window policy: the full window where it is cached, a first window at a new place.
 
     ``build(window_tokens, cut_hint)`` builds a prompt. The full window at the
-    kept cut is taken when what it leaves to evaluate fits a first window
-    (``first``, from ``first_window``): the user is typing on where it is
-    cached. Else this is a new place, and of the full window at the kept
-    cut, the full window from a fresh cut (what pre-warm evaluated at a place
-    the user comes back to) and the first window, the one that leaves the
-    fewest tokens to evaluate answers (the wider on a tie). Pre-warm then
+    kept cut is taken when it leaves at most ``TYPED_ON`` tokens to evaluate:
+    the user is typing on where it is cached. When what it leaves fits a first
+    window (``first``, from ``first_window``), it is taken unless the full
+    window from a fresh cut leaves fewer (a jump, without a cursor report, to
+    where pre-warm evaluated the document from its start). Else this is a new
+    place, and of the full window at the kept cut, the full window from a
+    fresh cut (what pre-warm evaluated at a place the user comes back to) and
+    the first window, the one that leaves the fewest tokens to evaluate
+    answers (the wider on a tie). Pre-warm then
     grows a first window to the full one while the user reads
     (``grows``), and the kept cut moves to it once it is cached.
     """
     prompt = build(window_tokens, cut_hint)
-    if to_evaluate(model, prompt) <= first:
+    left = to_evaluate(model, prompt)
+    if left <= TYPED_ON or (left <= first and cut_hint is None):
         return prompt
+    fresh = build(window_tokens, None) if cut_hint is not None else None
+    if left <= first:  # unless a jump finds the full window from a fresh cut more cached
+        return fresh if fresh is not None and to_evaluate(model, fresh) < left else prompt
     candidates = [prompt]
-    if cut_hint is not None:
-        candidates.append(build(window_tokens, None))
+    if fresh is not None:
+        candidates.append(fresh)
     candidates.append(build(first, cut_hint))
     return min(candidates, key=lambda p: to_evaluate(model, p))
 
@@ -263,7 +294,8 @@ def grows(prompt: Prompt, full: Prompt) -> bool:
 class PromptBuilder:
     """Builds prompts for one model; see the module docstring."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, prompt_tps: float | None = None) -> None:
+        """``prompt_tps``: the model's prompt rate measured at load (``PromptRate``)."""
         self.model = model
         self.fim = model.fim_tokens()
         bos = model.bos_token()
@@ -272,8 +304,9 @@ class PromptBuilder:
         # SentencePiece vocabularies put a dummy space before every tokenized text.
         self._space_prefix = model.detokenize(model.tokenize("a", add_bos=False)) == " a"
         self._context_cache: tuple[tuple[object, ...], tuple[list[int], str]] | None = None
-        #: Prompt tokens/s of this model's latest prefill chunks (``first_window``).
-        self.rate = PromptRate()
+        #: Prompt tokens/s of this model's latest prefill chunks (``first_window``,
+        #: ``suffix_budget``).
+        self.rate = PromptRate(prompt_tps)
 
     def build(
         self,
@@ -301,7 +334,8 @@ class PromptBuilder:
         suffix_tokens: list[int] = []
         suffix_end = offset
         if self.fim is not None:
-            budget = min(FIM_SUFFIX_TOKENS, room // 4)
+            most = suffix_budget(self.rate.tokens_per_s) if self.rate.known else None
+            budget = min(most or FIM_SUFFIX_TOKENS, room // 4)
             suffix_tokens, suffix_end = self._suffix(text, offset, budget)
             room -= len(suffix_tokens) + 3
         most = min(CONTEXT_TOKENS, room // 3, window_budget(room, window_tokens) // 3)

@@ -29,7 +29,7 @@ import concurrent.futures
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from structspec.completion.background import Background
 from structspec.completion.corpus import DocumentSnapshot
@@ -39,7 +39,9 @@ from structspec.completion.generate import CompletionInput
 from structspec.completion.host import (
     EngineLoader,
     ModelOpener,
+    RateMeter,
     default_load_engine,
+    default_model_rates,
     default_open_model,
     engine_key,
     model_key,
@@ -54,6 +56,7 @@ from structspec.completion.worker import Worker
 from structspec.config import Settings
 from structspec.engine.healing import vocab_index
 from structspec.model.base import ModelError
+from structspec.rates import adapt
 from structspec.syntax.domains import detect_language
 
 __all__ = ["CompletionRequest", "CompletionService", "Status", "Suggestion", "draft_language"]
@@ -84,12 +87,15 @@ class CompletionService:
         self,
         settings: Settings,
         *,
+        explicit: Collection[str] = (),
         on_status: Callable[[Status], None] | None = None,
         on_message: Callable[[str, str], None] | None = None,
         open_model: ModelOpener = default_open_model,
         load_engine: EngineLoader = default_load_engine,
+        model_rates: RateMeter = default_model_rates,
     ) -> None:
-        self.settings = settings
+        self._given = settings
+        self._explicit = frozenset(explicit)
         self.documents = DocumentStore(UTF16)
         self.stats = AcceptanceStats()
         self.debounce = AdaptiveDebounce()
@@ -99,8 +105,8 @@ class CompletionService:
         #: The model and engine keys the last warm-up was queued for (``None``: never).
         self._warm_keys: tuple[object, object] | None = None
         self._warm_queued = False
-        self._status = StatusBoard(self.stats, on_status, on_message)
-        self._worker = Worker(self._status, open_model, load_engine)
+        self._status = StatusBoard(self.stats, on_status, on_message, lambda: self.settings)
+        self._worker = Worker(self._status, open_model, load_engine, model_rates)
         self._background = Background(
             self._worker,
             self.documents,
@@ -209,17 +215,29 @@ class CompletionService:
         return Job(session, inputs)
 
     # -- settings and lifecycle -------------------------------------------
-    def configure(self, settings: Settings) -> None:
+    @property
+    def settings(self) -> Settings:
+        """The settings in use: those given, with the loaded model's adaptive defaults.
+
+        ``windowTokens``, ``maxGenerationMs`` and ``maxTokens`` that no layer
+        set (``explicit``) are chosen from the model's measured rates
+        (``structspec.rates.adapt``) once it is loaded.
+        """
+        return adapt(self._given, self._status.rates, self._explicit)
+
+    def configure(self, settings: Settings, explicit: Collection[str] = ()) -> None:
         """Use ``settings`` from the next request on (the one way to apply settings).
 
-        A change of a setting that shapes the model or the engine (the first
-        call included) loads them in the worker now rather than on the next
-        request; other settings cost nothing.
+        ``explicit``: the names of the settings some layer set; the others
+        may be chosen by the model's rates (``settings``). A change of a
+        setting that shapes the model or the engine (the first call included)
+        loads them in the worker now rather than on the next request; other
+        settings cost nothing.
         """
-        if settings.model != self.settings.model:
+        if settings.model != self._given.model:
             for session in self._sessions.values():
                 session.recent.clear()  # token ids of another model
-        self.settings = settings
+        self._given, self._explicit = settings, frozenset(explicit)
         if self._warm_keys != (model_key(settings), engine_key(settings)):
             self.start()
 

@@ -6,7 +6,8 @@ name, the count of requests on the worker and whether the worker is warming
 ``BUSY``, message ``warming <file>``, ``Status.warming``). It sends
 ``on_status`` after every change and ``on_message(level, text)`` for what the
 user should read (``error``, ``warning`` or ``info``). A failing callback is logged, never
-raised: a broken transport must not break completion.
+raised: a broken transport must not break completion. It keeps the loaded
+model's rates (``rates``) and says what the model costs here (``Status.cost``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,38 @@ import posixpath
 from collections.abc import Callable
 
 from structspec.completion.documents import uri_path
+from structspec.completion.prompt import first_window_tokens
 from structspec.completion.stats import AcceptanceStats
-from structspec.completion.types import BUSY, ERROR, IDLE, NOT_LOADED, WARMING, Status
+from structspec.completion.types import (
+    BUSY,
+    ERROR,
+    IDLE,
+    NOT_LOADED,
+    WARMING,
+    ModelCost,
+    Status,
+)
+from structspec.config import Settings
+from structspec.rates import Rates, first_suggestion_s
 
 log = logging.getLogger(__name__)
+
+
+def model_cost(rates: Rates, settings: Settings) -> ModelCost:
+    """What a model at ``rates`` costs with ``settings``: the window, the first-suggestion time.
+
+    A first suggestion at a new place waits for its first window
+    (``prompt.first_window_tokens`` of the ``windowTokens`` budget; 0 counts
+    as the context size), then for the generation budget.
+    """
+    budget = settings.window_tokens or settings.context_size
+    first = first_window_tokens(rates.prompt_tps, budget)
+    return ModelCost(
+        rates.prompt_tps,
+        rates.decode_tps,
+        settings.window_tokens,
+        first_suggestion_s(rates, first, settings.max_generation_ms),
+    )
 
 
 class StatusBoard:
@@ -30,8 +59,12 @@ class StatusBoard:
         stats: AcceptanceStats,
         on_status: Callable[[Status], None] | None,
         on_message: Callable[[str, str], None] | None,
+        settings: Callable[[], Settings] = Settings,
     ) -> None:
         self._stats = stats
+        self._settings = settings
+        #: The loaded model's prompt and decode rates (``None``: none, or a backend).
+        self.rates: Rates | None = None
         self._on_status = on_status
         self._on_message = on_message
         self.state = IDLE
@@ -52,7 +85,12 @@ class StatusBoard:
             self._message,
             stats.to_dict(),
             self._warming,
+            self.cost(),
         )
+
+    def cost(self) -> ModelCost | None:
+        """What the loaded model costs here with the settings in use."""
+        return None if self.rates is None else model_cost(self.rates, self._settings())
 
     def set_state(self, state: str, message: str) -> None:
         self.state, self._message = state, message
@@ -105,8 +143,8 @@ class StatusBoard:
         self.set_state(ERROR, message)
         self.message_user("error", message)
 
-    def model_loaded(self, name: str, warnings: list[str]) -> None:
-        self.model_name = name
+    def model_loaded(self, name: str, warnings: list[str], rates: Rates | None = None) -> None:
+        self.model_name, self.rates = name, rates
         if self.state == ERROR:
             self.set_state(BUSY if self.busy else IDLE, "")
         for w in warnings:

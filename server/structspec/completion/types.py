@@ -88,6 +88,31 @@ class Suggestion:
 
 
 @dataclass(frozen=True)
+class ModelCost:
+    """What the loaded model costs here: its measured rates and what they chose.
+
+    ``window_tokens``: the prompt window in use (``windowTokens``, adaptive
+    unless set); ``first_suggestion_s``: the expected wait for a first
+    suggestion at a new place (its first window's evaluation, then the
+    generation budget).
+    """
+
+    prompt_tps: float
+    decode_tps: float
+    window_tokens: int
+    first_suggestion_s: float
+
+    def measures(self) -> dict[str, float]:
+        """By the measure names of the ``structspec_model_cost`` metric (``metrics.py``)."""
+        return {
+            "prompt_tokens_per_second": self.prompt_tps,
+            "decode_tokens_per_second": self.decode_tps,
+            "window_tokens": float(self.window_tokens),
+            "first_suggestion_seconds": self.first_suggestion_s,
+        }
+
+
+@dataclass(frozen=True)
 class Status:
     """The service's state (``IDLE``, ``BUSY``, ``ERROR``) and its running numbers."""
 
@@ -100,3 +125,5 @@ class Status:
     counters: dict[str, Any] = field(default_factory=dict)
     #: The worker is evaluating a prompt ahead of its answer (``message``: ``warming <file>``).
     warming: bool = False
+    #: What the loaded model costs on this machine (``None``: none loaded, or a backend).
+    cost: ModelCost | None = None

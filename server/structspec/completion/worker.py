@@ -25,7 +25,13 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from structspec.completion.generate import Outcome, run_completion
-from structspec.completion.host import EngineHost, EngineLoader, ModelOpener
+from structspec.completion.host import (
+    EngineHost,
+    EngineLoader,
+    ModelOpener,
+    RateMeter,
+    default_model_rates,
+)
 from structspec.completion.jobs import Job
 from structspec.completion.status import StatusBoard
 from structspec.completion.types import EmptyReason
@@ -41,7 +47,11 @@ class Worker:
     """The worker thread (``submit``), its engine host, and the way back to the loop."""
 
     def __init__(
-        self, status: StatusBoard, open_model: ModelOpener, load_engine: EngineLoader
+        self,
+        status: StatusBoard,
+        open_model: ModelOpener,
+        load_engine: EngineLoader,
+        model_rates: RateMeter = default_model_rates,
     ) -> None:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="structspec-engine"
@@ -56,10 +66,13 @@ class Worker:
         # Worker-thread state.
         self.host = EngineHost(
             announce=self._announce,
-            on_loaded=lambda name, warnings: self.call_soon(status.model_loaded, name, warnings),
+            on_loaded=lambda name, warnings, rates: self.call_soon(
+                status.model_loaded, name, warnings, rates
+            ),
             on_failed=lambda message: self.call_soon(status.model_failed, message),
             open_model=open_model,
             load_engine=load_engine,
+            model_rates=model_rates,
         )
         self._status = status
 

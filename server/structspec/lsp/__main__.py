@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
     for error in loaded.errors:
         log.warning("%s", error)
     pinned = {k: v for k, v in flags.items() if v is not None}
-    server = build_server(loaded.settings, pinned)
+    server = build_server(loaded.settings, pinned, loaded.explicit)
     for error in loaded.errors:
         server.startup_messages.append(("warning", f"structspec: {error}"))
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 from lsprotocol import types
 
-from structspec.completion.types import Status, Suggestion
+from structspec.completion.types import ModelCost, Status, Suggestion
 
 ACCEPT_COMMAND = "structspec.accept"
 STATUS_NOTIFICATION = "structspec/status"
@@ -101,6 +101,17 @@ def status_json(status: Status) -> dict[str, Any]:
         "message": status.message,
         "warming": status.warming,
         "stats": status.counters,
+        "cost": None if status.cost is None else cost_json(status.cost),
+    }
+
+
+def cost_json(cost: ModelCost) -> dict[str, Any]:
+    """What the model costs here (``Status.cost``), in the status payload's spelling."""
+    return {
+        "promptTokensPerSecond": round(cost.prompt_tps, 1),
+        "decodeTokensPerSecond": round(cost.decode_tps, 1),
+        "windowTokens": cost.window_tokens,
+        "firstSuggestionMs": round(cost.first_suggestion_s * 1000.0),
     }
 
 

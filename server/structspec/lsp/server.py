@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from lsprotocol import types
@@ -62,14 +62,23 @@ class StructspecServer(LanguageServer):
 
     protocol: StructspecProtocol
 
-    def __init__(self, base: Settings, pinned: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        base: Settings,
+        pinned: Mapping[str, Any] | None = None,
+        explicit: Collection[str] = (),
+    ) -> None:
         super().__init__("structspec-lsp", __version__, protocol_cls=StructspecProtocol)
         self.base = base
+        #: The settings of ``base`` that a layer set (config file, environment, flag).
+        self.base_explicit = frozenset(explicit)
         self.pinned = dict(pinned or {})
         self.init_values: dict[str, Any] = {}
         self.client_values: dict[str, Any] = {}
+        settings, explicit, _ = self.effective_settings()
         self.service = CompletionService(
-            self.effective_settings()[0],
+            settings,
+            explicit=explicit,
             on_status=self.send_status,
             on_message=self.tell_user,
         )
@@ -93,12 +102,17 @@ class StructspecServer(LanguageServer):
         self.stopped.set()
 
     # -- settings ----------------------------------------------------------
-    def effective_settings(self) -> tuple[Settings, list[str]]:
-        """Settings from every layer, and the errors of the client layers."""
-        settings, _, errors = apply(self.base, self.init_values, camel_case=True)
-        settings, _, more = apply(settings, self.client_values, camel_case=True)
-        settings, _, _ = apply(settings, self.pinned)
-        return settings, errors + more
+    def effective_settings(self) -> tuple[Settings, frozenset[str], list[str]]:
+        """Settings from every layer, the names some layer set, and the client layers' errors.
+
+        The settings no layer set may be chosen by the model's rates
+        (``CompletionService.settings``).
+        """
+        settings, from_init, errors = apply(self.base, self.init_values, camel_case=True)
+        settings, from_client, more = apply(settings, self.client_values, camel_case=True)
+        settings, from_flags, _ = apply(settings, self.pinned)
+        explicit = self.base_explicit.union(from_init, from_client, from_flags)
+        return settings, explicit, errors + more
 
     def report_settings_errors(self, errors: list[str]) -> None:
         for error in errors:
@@ -125,9 +139,9 @@ class StructspecServer(LanguageServer):
         return True
 
     def refresh_settings(self) -> None:
-        settings, errors = self.effective_settings()
+        settings, explicit, errors = self.effective_settings()
         self.report_settings_errors(errors)
-        self.service.configure(settings)
+        self.service.configure(settings, explicit)
 
     async def pull_configuration(self) -> None:
         """Ask the client for the ``structspec`` section, one pull at a time (module docstring)."""
@@ -215,9 +229,14 @@ def _encoding(value: Any) -> str:
     return text if text in ENCODINGS else "utf-16"
 
 
-def build_server(base: Settings, pinned: Mapping[str, Any] | None = None) -> StructspecServer:
-    """A ready server (not started); see the module docstring for settings."""
-    server = StructspecServer(base, pinned)
+def build_server(
+    base: Settings, pinned: Mapping[str, Any] | None = None, explicit: Collection[str] = ()
+) -> StructspecServer:
+    """A ready server (not started); see the module docstring for settings.
+
+    ``explicit``: the settings of ``base`` that a layer set (``LoadedSettings.explicit``).
+    """
+    server = StructspecServer(base, pinned, explicit)
     _register_lifecycle(server, server.service)
     _register_documents(server, server.service)
     _register_completion(server, server.service)

@@ -1,7 +1,7 @@
 /** Unit tests of the status bar text from `structspec/status` notifications. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { formatMetrics, parseStatus, statusView, withAcceptResult } from '../../src/status';
+import { costLines, formatMetrics, parseStatus, statusView, withAcceptResult } from '../../src/status';
 
 describe('parseStatus', () => {
   test('a full status', () => {
@@ -22,6 +22,7 @@ describe('parseStatus', () => {
       lastLatencyMs: 132.2,
       message: undefined,
       warming: false,
+      cost: undefined,
     });
   });
   test('malformed params are rejected or their bad fields dropped', () => {
@@ -29,7 +30,7 @@ describe('parseStatus', () => {
     assert.equal(parseStatus([]), undefined);
     assert.equal(parseStatus({ state: 'dancing' }), undefined);
     const s = parseStatus({ state: 'busy', tokensPerSecond: 'fast', acceptance: -1, lastLatencyMs: Infinity, model: 3 });
-    assert.deepEqual(s, { state: 'busy', model: undefined, accepted: undefined, shown: undefined, tokensPerSecond: undefined, acceptance: undefined, lastLatencyMs: undefined, message: undefined, warming: false });
+    assert.deepEqual(s, { state: 'busy', model: undefined, accepted: undefined, shown: undefined, tokensPerSecond: undefined, acceptance: undefined, lastLatencyMs: undefined, message: undefined, warming: false, cost: undefined });
   });
   test('acceptance outside 0..1 is dropped', () => {
     assert.equal(parseStatus({ state: 'idle', acceptance: 62.5 })?.acceptance, undefined);
@@ -95,5 +96,25 @@ describe('the server as written (structspec/completion/service.py Status.to_json
     assert.equal(s?.accepted, 3);
     assert.equal(withAcceptResult(undefined, { accepted: true, acceptance: 1 }), undefined);
     assert.deepEqual(withAcceptResult(s, 'nonsense'), s);
+  });
+});
+
+describe('what the model costs here', () => {
+  const cost = { promptTokensPerSecond: 163.1, decodeTokensPerSecond: 11.6, windowTokens: 326, firstSuggestionMs: 2172 };
+  test('the tooltip says the rates, the window and the first-suggestion time', () => {
+    const s = parseStatus({ state: 'idle', model: '/m/qwen.gguf', cost });
+    assert.deepEqual(s?.cost, cost);
+    const tooltip = statusView('idle', s).tooltip;
+    assert.match(tooltip, /On this machine: prompt 163 tokens\/s, decode 11\.6 tokens\/s/);
+    assert.match(tooltip, /Prompt window: 326 tokens; first suggestion at a new place in about 2\.2 s/);
+  });
+  test('under a second it is said in milliseconds', () => {
+    assert.match(costLines({ ...cost, firstSuggestionMs: 1000 * 0.98 }).join('\n'), /about 980 ms/);
+  });
+  test('a cost with a bad or missing field is not shown', () => {
+    assert.equal(parseStatus({ state: 'idle', cost: { ...cost, windowTokens: 'many' } })?.cost, undefined);
+    assert.equal(parseStatus({ state: 'idle', cost: { promptTokensPerSecond: 1 } })?.cost, undefined);
+    assert.equal(parseStatus({ state: 'idle', cost: null })?.cost, undefined);
+    assert.deepEqual(costLines(undefined), []);
   });
 });
