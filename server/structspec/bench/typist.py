@@ -55,18 +55,20 @@ PACE_MS = 150.0
 ARRIVE_S = 1.0
 
 
-def server_env(trace: Path | None) -> dict[str, str]:
+def server_env(trace: Path | None, cache_dir: Path | None = None) -> dict[str, str]:
     """This tree's code, the default settings (no config file, no setting's variable), a trace.
 
     The on-disk prompt-prefix cache is off (``STRUCTSPEC_CACHE_DIR`` empty): an
     earlier run's saved prompts would make every "new place" of this one warm.
+    A benchmark of the cache itself names a ``cache_dir`` of its own (a
+    temporary folder), never the user's.
     """
     settings = {f"STRUCTSPEC_{f.name.upper()}" for f in dataclasses.fields(Settings)}
     env = {k: v for k, v in os.environ.items() if k not in settings}
     server_dir = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (server_dir, env.get("PYTHONPATH")) if p)
     env["STRUCTSPEC_CONFIG"] = os.devnull  # not a file: the defaults
-    env[CACHE_DIR_ENV] = ""
+    env[CACHE_DIR_ENV] = "" if cache_dir is None else str(cache_dir)
     if trace is not None:
         env[TRACE_ENV] = str(trace)
     return env
@@ -101,6 +103,8 @@ class ReplayedServer:
         self.client = StdioClient()
         # The server's stderr, kept for the error message; closed in close().
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        #: The server's prompt-prefix cache folder (``STRUCTSPEC_CACHE_DIR``); ``None``: off.
+        self.cache_dir: Path | None = None
         self.opened: dict[str, int] = {}
         self.text = ""
         self.served = 0  # the status' answers without the model so far
@@ -117,7 +121,7 @@ class ReplayedServer:
             cmd += ["--model", self.model]
         if self.log_file is not None:
             cmd += ["--log-file", str(self.log_file)]
-        await self.client.start(cmd, server_env(self.trace), self.stderr)
+        await self.client.start(cmd, server_env(self.trace, self.cache_dir), self.stderr)
         await self.client.request(
             "initialize",
             {
