@@ -11,6 +11,7 @@ and typing a line one key at a time, waiting for each answer, or paced at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import sys
@@ -34,7 +35,7 @@ from structspec.bench.points import (
 from structspec.completion.trace import TRACE_ENV
 from structspec.completion.types import ERROR, IDLE, NOT_LOADED
 from structspec.config import Settings
-from structspec.files import CACHE_DIR_ENV
+from structspec.files import CACHE_DIR_ENV, default_cache_home
 
 Out = Callable[[str], None]
 
@@ -72,6 +73,25 @@ def server_env(trace: Path | None, cache_dir: Path | None = None) -> dict[str, s
     if trace is not None:
         env[TRACE_ENV] = str(trace)
     return env
+
+
+def share_cost_tables(cache_dir: Path) -> None:
+    """Let a server whose cache folder is ``cache_dir`` read the cost tables the others read.
+
+    Only the prompt-prefix cache is the folder's own (``server_env``): a server
+    started there would otherwise measure its cost table again (minutes on a
+    loaded machine) and plan drafts from another table than the servers beside
+    it, which read the platform's folder. Where a link cannot be made, it
+    measures its own.
+    """
+    link = cache_dir / "cost"
+    if link.is_symlink() or link.exists():
+        return
+    shared = default_cache_home() / "cost"
+    with contextlib.suppress(OSError):
+        shared.mkdir(parents=True, exist_ok=True)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(shared, target_is_directory=True)
 
 
 class ReplayedServer:
@@ -121,6 +141,8 @@ class ReplayedServer:
             cmd += ["--model", self.model]
         if self.log_file is not None:
             cmd += ["--log-file", str(self.log_file)]
+        if self.cache_dir is not None:
+            share_cost_tables(self.cache_dir)
         await self.client.start(cmd, server_env(self.trace, self.cache_dir), self.stderr)
         await self.client.request(
             "initialize",
