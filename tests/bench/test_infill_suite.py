@@ -87,7 +87,8 @@ def test_window_comparison_runs_one_server_per_window():
         timeout=300,
     )
     assert p.returncode == 0, p.stderr
-    rows = [line.split()[:2] for line in p.stdout.splitlines() if line.startswith("window ")]
+    table = p.stdout.split("files (", 1)[1].split("\n\n", 1)[0]  # the part's table
+    rows = [line.split()[:2] for line in table.splitlines() if line.startswith("window ")]
     assert rows == [["window", "whole"], ["window", "64"]]
     assert "humaneval (" not in p.stdout  # the real-file part only
 
