@@ -80,9 +80,18 @@ def test_a_longer_entry_serves_a_prompt_that_shares_its_start(tmp_path):
 
 def test_short_prompts_are_neither_saved_nor_restored(tmp_path):
     model = standin(tmp_path)
-    evaluate(model, model.tokenize(TEXT)[: SAVE_GAP - 1])
+    evaluate(model, model.tokenize(TEXT)[: RESTORE_MIN - 1])
     assert model.prefix_cache.saves == 0
     assert not list(tmp_path.glob("*.kv"))
+
+
+def test_a_short_new_document_is_saved_and_restored(tmp_path):
+    """A prompt no entry serves is saved from RESTORE_MIN tokens on (a short file, reopened)."""
+    prompt = StandInModel().tokenize(TEXT)[: RESTORE_MIN + 10]
+    evaluate(standin(tmp_path), prompt)
+    restarted = standin(tmp_path)
+    assert greedy(restarted, prompt) == greedy(StandInModel(), prompt)
+    assert restarted.prefix_cache.hits == 1 and restarted.prefilled_tokens == 0
 
 
 def test_a_save_comes_only_after_a_long_new_stretch(tmp_path):

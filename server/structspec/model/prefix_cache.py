@@ -68,7 +68,10 @@ _MAX_HEADER = 4096
 RESTORE_MIN = 64
 #: A model's cache is saved once it holds this many tokens beyond the longest
 #: prefix it shares with a saved entry: each save writes the whole state, so
-#: saves come only after evaluations long enough to be worth sparing.
+#: saves come only after evaluations long enough to be worth sparing. A cache
+#: that no entry would serve (a new document: it shares fewer than
+#: ``RESTORE_MIN`` tokens with each) is saved from ``RESTORE_MIN`` new tokens
+#: on, so a short document, reopened after a restart, is read back too.
 SAVE_GAP = 256
 
 
@@ -178,14 +181,14 @@ class PrefixCache:
         return common
 
     def save_held(self, held: Sequence[int], state: Callable[[], bytes | None]) -> bool:
-        """Save ``state()``, a cache's state holding ``held``, if ``SAVE_GAP`` past what is saved.
+        """Save ``state()``, a cache's state holding ``held``, if far enough past what is saved.
 
         ``state`` is asked only when the save is due (reading a state is not free).
         """
-        if len(held) < SAVE_GAP:
+        if len(held) < RESTORE_MIN:
             return False
         _, common = self.best(held)
-        if len(held) - common < SAVE_GAP:
+        if len(held) - common < (SAVE_GAP if common >= RESTORE_MIN else RESTORE_MIN):
             return False
         data = state()
         return data is not None and self.save(held, data)
