@@ -104,18 +104,19 @@ def test_window_comparison_refuses_bad_windows():
         assert p.returncode == 2 and "--windows" in p.stderr and "Traceback" not in p.stderr
 
 
-def test_a_restarted_server_has_its_own_prefix_cache_and_the_shared_cost_tables(
+def test_a_restarted_server_has_its_own_prefix_cache_and_the_shared_measurements(
     tmp_path, monkeypatch
 ):
-    """The restart part's folder holds its prefix cache; cost tables are the other servers'."""
+    """A restart's folder holds its own prefix cache; cost tables and rates are shared."""
     from structspec.bench import typist
 
     home = tmp_path / "platform"
     monkeypatch.setattr(typist, "default_cache_home", lambda: home)
     case = tmp_path / "case"
     assert typist.server_env(None, case)["STRUCTSPEC_CACHE_DIR"] == str(case)
-    typist.share_cost_tables(case)
-    typist.share_cost_tables(case)  # already linked: left as it is
-    assert (case / "cost").resolve() == (home / "cost").resolve()
+    typist.share_measurements(case)
+    typist.share_measurements(case)  # already linked: left as it is
+    for name in ("cost", "rates"):
+        assert (case / name).resolve() == (home / name).resolve()
     (home / "cost" / "table.json").write_text("{}")
     assert (case / "cost" / "table.json").read_text() == "{}"

@@ -79,23 +79,29 @@ def server_env(trace: Path | None, cache_dir: Path | None = None) -> dict[str, s
     return env
 
 
-def share_cost_tables(cache_dir: Path) -> None:
-    """Let a server whose cache folder is ``cache_dir`` read the cost tables the others read.
+#: The cache folders of per-model, per-machine measurements (``runtime``): the
+#: verification cost table and the prompt and decode rates.
+MEASUREMENT_FOLDERS = ("cost", "rates")
+
+
+def share_measurements(cache_dir: Path) -> None:
+    """Let a server whose cache folder is ``cache_dir`` read the measurements the others read.
 
     Only the prompt-prefix cache is the folder's own (``server_env``): a server
-    started there would otherwise measure its cost table again (minutes on a
-    loaded machine) and plan drafts from another table than the servers beside
-    it, which read the platform's folder. Where a link cannot be made, it
-    measures its own.
+    started there would otherwise measure its cost table and the model's rates
+    again (minutes on a loaded machine) and plan drafts and choose its adaptive
+    defaults from other figures than the servers beside it, which read the
+    platform's folder. Where a link cannot be made, it measures its own.
     """
-    link = cache_dir / "cost"
-    if link.is_symlink() or link.exists():
-        return
-    shared = default_cache_home() / "cost"
-    with contextlib.suppress(OSError):
-        shared.mkdir(parents=True, exist_ok=True)
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(shared, target_is_directory=True)
+    for name in MEASUREMENT_FOLDERS:
+        link = cache_dir / name
+        if link.is_symlink() or link.exists():
+            continue
+        shared = default_cache_home() / name
+        with contextlib.suppress(OSError):
+            shared.mkdir(parents=True, exist_ok=True)
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(shared, target_is_directory=True)
 
 
 class ReplayedServer:
@@ -147,7 +153,7 @@ class ReplayedServer:
         if self.log_file is not None:
             cmd += ["--log-file", str(self.log_file)]
         if self.cache_dir is not None:
-            share_cost_tables(self.cache_dir)
+            share_measurements(self.cache_dir)
         await self.client.start(cmd, server_env(self.trace, self.cache_dir), self.stderr)
         await self.client.request(
             "initialize",
