@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from structspec.bench.infill import (
+    ARRIVALS,
     TYPED,
     Scores,
     _clear_line,
@@ -49,10 +50,11 @@ def test_humaneval_cases_mask_a_solution_line():
 
 
 def test_infill_suite_runs_through_the_language_server(tmp_path):
+    """Two lines of each part: each arrival once (cold, pre-warmed, plain, restart)."""
     out, md = tmp_path / "infill.json", tmp_path / "infill.md"
     p = subprocess.run(
         [sys.executable, "-m", "structspec", "benchmark", "--model", "standin"]
-        + ["--suite", "infill", "--limit", "1", "--threads", "1"]
+        + ["--suite", "infill", "--limit", "2", "--threads", "1"]
         + ["--json-out", str(out), "--markdown-out", str(md)],
         capture_output=True,
         text=True,
@@ -60,12 +62,20 @@ def test_infill_suite_runs_through_the_language_server(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     data = json.loads(out.read_text())
+    files = data["files"]["no context"]["cases"]
+    assert files >= 1  # the real files this machine has
     for config in ("no context", "project context"):
         he = data["humaneval"][config]
-        assert he["cases"] == 1 and len(he["exact"]) == TYPED + 1
+        assert he["cases"] == 2 and len(he["exact"]) == TYPED + 1
+        arrivals = data["arrivals"][config]
+        assert list(arrivals) == list(ARRIVALS)
+        lines = [arrivals[a]["lines"] for a in ARRIVALS]  # in turn over the cases
+        assert sum(lines) == 2 + files and lines[:3] == [1, 1, 1]
     report = md.read_text()
     assert "command: `structspec benchmark" in report and "machine:" in report
-    assert "humaneval (1 lines)" in report
+    assert "humaneval (2 lines)" in report
+    assert "first suggestion at the line by arrival" in report
+    assert "(restart): " in report or files < 2
 
 
 def test_window_comparison_runs_one_server_per_window():
@@ -77,7 +87,8 @@ def test_window_comparison_runs_one_server_per_window():
         timeout=300,
     )
     assert p.returncode == 0, p.stderr
-    rows = [line.split()[:2] for line in p.stdout.splitlines() if line.startswith("window ")]
+    table = p.stdout.split("files (", 1)[1].split("\n\n", 1)[0]  # the part's table
+    rows = [line.split()[:2] for line in table.splitlines() if line.startswith("window ")]
     assert rows == [["window", "whole"], ["window", "64"]]
     assert "humaneval (" not in p.stdout  # the real-file part only
 
@@ -91,3 +102,21 @@ def test_window_comparison_refuses_bad_windows():
             timeout=60,
         )
         assert p.returncode == 2 and "--windows" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_restarted_server_has_its_own_prefix_cache_and_the_shared_measurements(
+    tmp_path, monkeypatch
+):
+    """A restart's folder holds its own prefix cache; cost tables and rates are shared."""
+    from structspec.bench import typist
+
+    home = tmp_path / "platform"
+    monkeypatch.setattr(typist, "default_cache_home", lambda: home)
+    case = tmp_path / "case"
+    assert typist.server_env(None, case)["STRUCTSPEC_CACHE_DIR"] == str(case)
+    typist.share_measurements(case)
+    typist.share_measurements(case)  # already linked: left as it is
+    for name in ("cost", "rates"):
+        assert (case / name).resolve() == (home / name).resolve()
+    (home / "cost" / "table.json").write_text("{}")
+    assert (case / "cost" / "table.json").read_text() == "{}"

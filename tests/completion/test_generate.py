@@ -379,7 +379,8 @@ def test_a_full_window_saved_before_a_restart_counts_as_cached(tmp_path) -> None
 
     before = restarted()
     full = _prompt(PromptBuilder(before), LONG, full=True)
-    before.prefill(full.tokens[:-1])  # saved on disk
+    before.prefill(full.tokens[:-1])
+    before.save_prefixes()  # the idle time after it: saved on disk
     after = restarted()  # a new process: nothing in its KV cache
     assert _prompt(PromptBuilder(after), LONG).tokens == full.tokens
     assert _prompt(PromptBuilder(StandInModel()), LONG).tokens != full.tokens  # no disk cache

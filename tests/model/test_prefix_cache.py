@@ -37,6 +37,12 @@ def standin(folder, seed=0, **kwargs):
     return model
 
 
+def evaluate(model, tokens):
+    """Prefill ``tokens``, then the idle time after it: what is due is saved."""
+    model.prefill(tokens)
+    model.save_prefixes()
+
+
 def greedy(model, prompt, n=24):
     """``n`` greedy tokens after ``prompt`` (one row per pass)."""
     model.prefill(prompt[:-1])
@@ -50,7 +56,7 @@ def greedy(model, prompt, n=24):
 def test_a_restored_prefix_gives_the_tokens_an_evaluated_one_gives(tmp_path):
     prompt = StandInModel().tokenize(TEXT)
     first = standin(tmp_path)
-    first.prefill(prompt)
+    evaluate(first, prompt)
     assert first.prefix_cache.saves == 1
 
     restarted = standin(tmp_path)  # a new process: nothing in memory
@@ -62,7 +68,7 @@ def test_a_restored_prefix_gives_the_tokens_an_evaluated_one_gives(tmp_path):
 def test_a_longer_entry_serves_a_prompt_that_shares_its_start(tmp_path):
     model = StandInModel()
     window = model.tokenize(TEXT)
-    standin(tmp_path).prefill(window)  # a pre-warmed window
+    evaluate(standin(tmp_path), window)  # a pre-warmed window
     above = window[:600] + model.tokenize("x = 1\n", add_bos=False)  # a cursor above its end
 
     restarted = standin(tmp_path)
@@ -74,24 +80,33 @@ def test_a_longer_entry_serves_a_prompt_that_shares_its_start(tmp_path):
 
 def test_short_prompts_are_neither_saved_nor_restored(tmp_path):
     model = standin(tmp_path)
-    model.prefill(model.tokenize(TEXT)[: SAVE_GAP - 1])
+    evaluate(model, model.tokenize(TEXT)[: RESTORE_MIN - 1])
     assert model.prefix_cache.saves == 0
     assert not list(tmp_path.glob("*.kv"))
+
+
+def test_a_short_new_document_is_saved_and_restored(tmp_path):
+    """A prompt no entry serves is saved from RESTORE_MIN tokens on (a short file, reopened)."""
+    prompt = StandInModel().tokenize(TEXT)[: RESTORE_MIN + 10]
+    evaluate(standin(tmp_path), prompt)
+    restarted = standin(tmp_path)
+    assert greedy(restarted, prompt) == greedy(StandInModel(), prompt)
+    assert restarted.prefix_cache.hits == 1 and restarted.prefilled_tokens == 0
 
 
 def test_a_save_comes_only_after_a_long_new_stretch(tmp_path):
     model = standin(tmp_path)
     prompt = model.tokenize(TEXT)
-    model.prefill(prompt[:400])
-    model.prefill(prompt[: 400 + SAVE_GAP - 1])  # little beyond what is saved
+    evaluate(model, prompt[:400])
+    evaluate(model, prompt[: 400 + SAVE_GAP - 1])  # little beyond what is saved
     assert model.prefix_cache.saves == 1
-    model.prefill(prompt[: 400 + SAVE_GAP])
+    evaluate(model, prompt[: 400 + SAVE_GAP])
     assert model.prefix_cache.saves == 2
 
 
 def test_a_damaged_entry_is_evaluated_instead_and_removed(tmp_path):
     prompt = StandInModel().tokenize(TEXT)
-    standin(tmp_path).prefill(prompt)
+    evaluate(standin(tmp_path), prompt)
     (entry,) = tmp_path.glob("*.kv")
     data = bytearray(entry.read_bytes())
     data[-3] ^= 0xFF  # one flipped byte of the payload
@@ -101,7 +116,7 @@ def test_a_damaged_entry_is_evaluated_instead_and_removed(tmp_path):
     assert greedy(restarted, prompt) == greedy(StandInModel(), prompt)
     assert restarted.prefilled_tokens == len(prompt) - 1
     assert restarted.prefix_cache.hits == 0
-    # removed, then saved again from the evaluation
+    restarted.save_prefixes()  # removed, then saved again from the evaluation
     assert restarted.prefix_cache.saves == 1
     assert len(list(tmp_path.glob("*.kv"))) == 1
 
@@ -117,20 +132,20 @@ def test_a_damaged_entry_is_evaluated_instead_and_removed(tmp_path):
 )
 def test_damaged_files_never_break_a_prefill(tmp_path, damage):
     prompt = StandInModel().tokenize(TEXT)
-    standin(tmp_path).prefill(prompt)
+    evaluate(standin(tmp_path), prompt)
     (entry,) = tmp_path.glob("*.kv")
     entry.write_bytes(damage(entry.read_bytes()))
     restarted = standin(tmp_path)
-    restarted.prefill(prompt)
+    evaluate(restarted, prompt)
     assert restarted.cached_tokens == prompt
     assert restarted.prefix_cache.hits == 0
 
 
 def test_another_models_entries_are_not_used_and_kept(tmp_path):
     prompt = StandInModel().tokenize(TEXT)
-    standin(tmp_path, seed=1).prefill(prompt)  # another model, same tokens
+    evaluate(standin(tmp_path, seed=1), prompt)  # another model, same tokens
     model = standin(tmp_path, seed=0)
-    model.prefill(prompt)
+    evaluate(model, prompt)
     assert model.prefix_cache.hits == 0
     assert model.prefilled_tokens == len(prompt)
     assert len(list(tmp_path.glob("*.kv"))) == 2  # each model's own entry
@@ -139,7 +154,7 @@ def test_another_models_entries_are_not_used_and_kept(tmp_path):
 def test_an_entry_the_model_refuses_is_removed(tmp_path):
     prompt = StandInModel().tokenize(TEXT)
     first = standin(tmp_path)
-    first.prefill(prompt)
+    evaluate(first, prompt)
     (entry,) = tmp_path.glob("*.kv")
     # A valid entry whose state does not belong to its tokens (the model's own
     # check refuses it): evaluated instead, and the entry goes.
@@ -147,7 +162,7 @@ def test_an_entry_the_model_refuses_is_removed(tmp_path):
     entry.unlink()
     cache.save(prompt, b"\x00" * 16)
     restarted = standin(tmp_path)
-    restarted.prefill(prompt)
+    evaluate(restarted, prompt)
     assert restarted.cached_tokens == prompt
     assert restarted.prefilled_tokens == len(prompt)
     assert restarted.prefix_cache.saves == 1  # the evaluated state replaced it
@@ -160,7 +175,7 @@ def test_a_failed_write_leaves_nothing_and_the_prefill_goes_on(tmp_path, monkeyp
     monkeypatch.setattr(prefix_cache.os, "replace", disk_full)
     model = standin(tmp_path)
     prompt = model.tokenize(TEXT)
-    model.prefill(prompt)
+    evaluate(model, prompt)
     assert model.cached_tokens == prompt
     assert model.prefix_cache.saves == 0
     assert list(tmp_path.iterdir()) == []  # no temporary file left
@@ -171,7 +186,7 @@ def test_an_unusable_folder_is_skipped(tmp_path):
     blocker.write_text("not a folder")
     model = standin(blocker / "prefix")
     prompt = model.tokenize(TEXT)
-    model.prefill(prompt)
+    evaluate(model, prompt)
     assert model.cached_tokens == prompt
     assert model.prefix_cache.saves == 0
 
@@ -181,7 +196,7 @@ def test_fifos_and_links_in_the_folder_are_ignored(tmp_path):
     (tmp_path / "b.kv").symlink_to("/dev/zero")  # reading it would never end
     model = standin(tmp_path)
     prompt = model.tokenize(TEXT)
-    model.prefill(prompt)
+    evaluate(model, prompt)
     assert model.cached_tokens == prompt
     assert model.prefix_cache.saves == 1
 
@@ -192,11 +207,11 @@ def test_the_size_cap_evicts_the_least_recently_used(tmp_path):
     entry_bytes = len(TEXT) * 8 + 200  # tokens and payload of one entry, about
     cache = PrefixCache(tmp_path, model.identity(), max_bytes=int(entry_bytes * 2.5))
     model.prefix_cache = cache
-    model.prefill(prompts[0])
+    evaluate(model, prompts[0])
     time.sleep(0.01)
-    model.prefill(prompts[1])
+    evaluate(model, prompts[1])
     time.sleep(0.01)
-    model.prefill(prompts[2])
+    evaluate(model, prompts[2])
     assert len(list(tmp_path.glob("*.kv"))) == 2
     fresh = standin(tmp_path, max_bytes=int(entry_bytes * 2.5))
     fresh.prefill(prompts[0])  # the oldest went
@@ -232,7 +247,7 @@ def test_a_restored_state_continues_as_the_evaluated_one(tmp_path):
     prompt, follow = tokens[:-4], tokens[-4:]
     first.prefix_cache = PrefixCache(tmp_path, first.identity())
     with first.threads_pinned(2):
-        first.prefill(prompt)
+        evaluate(first, prompt)
         assert first.prefix_cache.saves == 1
         expected = np.array(first.verify(follow).logits[:])
     first.close()

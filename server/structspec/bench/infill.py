@@ -21,14 +21,22 @@ compared with the line that was cleared: exact match, first-word match (and,
 after three typed characters, over the lines whose first word has at least
 four characters), and edit similarity (1 - Levenshtein distance / longer length).
 
-Latency (keystroke to answer): *cold* is the first request right after the
-document is opened (every prompt token evaluated then), *pre-warmed* the first
-request after ``idle_s`` seconds of idling on a freshly opened document whose
-cursor the client reported (``structspec/didMoveCursor``, as the VS Code client
-does when the cursor rests; cases alternate between cold and pre-warmed),
-*warm* the requests after typed characters. ``before_chars`` sets how much of
-a real file comes before the cleared line (the default is about 2,000 tokens;
-16,000 characters is about 4,000).
+Latency (keystroke to answer) of the first request at the line depends on how
+the user arrived there (``ARRIVALS``, taken in turn over the cases): *cold*
+right after the document is opened (every prompt token evaluated then);
+*pre-warmed* after ``idle_s`` seconds of idling on a freshly opened document
+whose cursor the client reported (``structspec/didMoveCursor``, as the VS Code
+client does when the cursor rests); *plain* after ``idle_s`` seconds of idling
+with a client that never reports the cursor (Helix, Emacs, Sublime: the server
+warms where the user is likely to be on its own); *restart* as plain, then the
+language server is stopped and started again with the on-disk prompt-prefix
+cache on (in a temporary folder of the case's own, never the user's cache) and
+asked right after the document is opened again, so the first request reads
+back what the first server saved instead of evaluating it. *Warm* are the
+requests after typed characters. The first suggestion's latency (p50, p95)
+and its exact and first-word matches are reported per arrival.
+``before_chars`` sets how much of a real file comes before the cleared line
+(the default is about 2,000 tokens; 16,000 characters is about 4,000).
 
 Two servers run side by side, without and with ``projectContext``, typing in
 turn at each case, so a busy phase of a shared machine hits both alike.
@@ -41,6 +49,7 @@ import contextlib
 import os
 import re
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from structspec.bench.harness import percentile
+from structspec.bench.lsp_client import StdioClient
 from structspec.bench.mixed import LANGUAGES, collect, extensions
 from structspec.bench.points import utf16_len
 from structspec.bench.typist import Out, ReplayedServer, start_server
@@ -55,6 +65,9 @@ from structspec.lsp.convert import CURSOR_NOTIFICATION
 
 #: Characters of the cleared line typed after the first request.
 TYPED = 3
+#: How the user arrives at the cleared line before the first request, in turn
+#: over the cases (the module docstring says what each is).
+ARRIVALS = ("cold", "prewarmed", "plain", "restart")
 #: Settings of both servers. The latency budget is wide so that what is measured
 #: is the model's answer, not where a budget cut it off (latency is reported).
 OPTIONS: dict[str, Any] = {
@@ -222,9 +235,18 @@ class Scores:
     word: list[list[bool]] = field(default_factory=lambda: [[] for _ in range(TYPED + 1)])
     similarity: list[list[float]] = field(default_factory=lambda: [[] for _ in range(TYPED + 1)])
     long_word_at_typed: list[bool] = field(default_factory=list)
-    cold_ms: list[float] = field(default_factory=list)
-    prewarmed_ms: list[float] = field(default_factory=list)
+    #: Per arrival: the first request's latency, exact and first-word matches.
+    first_ms: dict[str, list[float]] = field(default_factory=lambda: {a: [] for a in ARRIVALS})
+    first_exact: dict[str, list[bool]] = field(default_factory=lambda: {a: [] for a in ARRIVALS})
+    first_word: dict[str, list[bool]] = field(default_factory=lambda: {a: [] for a in ARRIVALS})
     warm_ms: list[float] = field(default_factory=list)
+
+    def add_first(self, arrival: str, ms: float, prediction: str, target: str) -> None:
+        """The first request at the line (nothing typed yet), after ``arrival``."""
+        self.first_ms[arrival].append(ms)
+        self.add(0, prediction, target)
+        self.first_exact[arrival].append(self.exact[0][-1])
+        self.first_word[arrival].append(self.word[0][-1])
 
     def add(self, k: int, prediction: str, target: str) -> None:
         prediction = prediction.rstrip()
@@ -240,8 +262,8 @@ def _rate(values: Sequence[bool]) -> str:
     return f"{sum(values)}/{len(values)}" if values else "-"
 
 
-def _ms(values: Sequence[float]) -> str:
-    return f"{percentile(values, 50):.0f}" if values else "-"
+def _ms(values: Sequence[float], q: float = 50) -> str:
+    return f"{percentile(values, q):.0f}" if values else "-"
 
 
 # -- the run ------------------------------------------------------------------------
@@ -280,22 +302,44 @@ class _InfillServer(ReplayedServer):
         self.opened.pop(uri, None)
         self.client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
 
-    async def run_case(self, case: Case, prewarm: bool, idle_s: float, scores: Scores) -> None:
+    def open_case(self, case: Case) -> None:
+        """Open the case's neighbours, then its document (as an editor restores its tabs)."""
         for uri, language, text in case.neighbours:
             self.open(uri, language, text)
         self.open(case.uri, case.language, case.text)
+
+    async def restart(self, cache_dir: Path | None) -> None:
+        """Stop the server (shutdown, exit) and start it again, its cache in ``cache_dir``."""
+        await self.client.close()
+        self.client = StdioClient()
+        self.opened.clear()
+        self.cache_dir = cache_dir
+        await self.start()
+
+    async def run_case(
+        self, case: Case, arrival: str, idle_s: float, scores: Scores, cache_dir: Path
+    ) -> None:
+        """Arrive at the cleared line as ``arrival`` says, ask, then type and ask after each key.
+
+        ``cache_dir``: an empty folder of this case's own, the prefix cache's for ``restart``.
+        """
+        if arrival == "restart":
+            await self.restart(cache_dir)
+            self.open_case(case)
+            await asyncio.sleep(idle_s)
+            await self.restart(cache_dir)  # the first server saved what it evaluated
+        self.open_case(case)
         column = utf16_len(case.indent)
-        if prewarm:
+        if arrival == "prewarmed":
             where = {"line": case.line, "character": column}
             self.client.notify(
                 CURSOR_NOTIFICATION, {"textDocument": {"uri": case.uri}, "position": where}
             )
+        if arrival in ("prewarmed", "plain"):
             await asyncio.sleep(idle_s)
         t0 = time.perf_counter()
         suggestion = await self.ask(case.uri, case.line, column)
-        ms = (time.perf_counter() - t0) * 1000.0
-        (scores.prewarmed_ms if prewarm else scores.cold_ms).append(ms)
-        scores.add(0, suggestion, case.target)
+        scores.add_first(arrival, (time.perf_counter() - t0) * 1000.0, suggestion, case.target)
         version = 1
         for k, ch in enumerate(case.target[:TYPED], 1):
             version += 1
@@ -315,6 +359,8 @@ class _InfillServer(ReplayedServer):
         for uri, _, _ in case.neighbours:
             self.close_doc(uri)
         self.close_doc(case.uri)
+        if arrival == "restart":
+            await self.restart(None)  # the other cases run without the prefix cache
 
 
 Configs = Sequence[tuple[str, dict[str, Any]]]
@@ -337,17 +383,20 @@ async def _run(
         s.name: {"humaneval": Scores(), "files": Scores()} for s in servers
     }
     current = servers[0]
+    folder = tempfile.TemporaryDirectory(prefix="structspec-infill-")  # the restarts' caches
     try:
         for current in servers:
             await start_server(current, out)
         for index, case in enumerate(cases):
             took = []
-            for current in servers:
+            arrival = ARRIVALS[index % len(ARRIVALS)]
+            for number, current in enumerate(servers):
                 board = scores[current.name][case.part]
+                cache_dir = Path(folder.name) / f"{index}-{number}"
                 t0 = time.perf_counter()
-                await current.run_case(case, index % 2 == 1, idle_s, board)
+                await current.run_case(case, arrival, idle_s, board, cache_dir)
                 took.append(f"{current.name} {time.perf_counter() - t0:.1f} s")
-            out(f"  {index + 1}/{len(cases)} {case.id}: {', '.join(took)}")
+            out(f"  {index + 1}/{len(cases)} {case.id} ({arrival}): {', '.join(took)}")
         for current in servers:
             await current.finish()
             out(f"  {current.name}: model {current.result.status.get('model', '?')}")
@@ -357,6 +406,7 @@ async def _run(
         for server in servers:
             with contextlib.suppress(Exception):
                 await server.close()
+        folder.cleanup()
     return scores
 
 
@@ -364,7 +414,7 @@ def _table(scores: dict[str, dict[str, Scores]], part: str, out: Out) -> dict[st
     out(
         f"{'':<16} {'exact@0':>8} {'exact@1':>8} {'exact@2':>8} {'exact@3':>8} "
         f"{'word@0':>7} {'word@3':>7} {'word4@3':>8} {'sim@0':>6} {'sim@3':>6} "
-        f"{'cold':>6} {'warmed':>7} {'warm':>6}"
+        f"{'cold':>6} {'warmed':>7} {'plain':>6} {'restart':>7} {'warm':>6}"
     )
     summary: dict[str, Any] = {}
     for name, parts in scores.items():
@@ -374,7 +424,8 @@ def _table(scores: dict[str, dict[str, Scores]], part: str, out: Out) -> dict[st
             f"{name:<16} {_rate(s.exact[0]):>8} {_rate(s.exact[1]):>8} {_rate(s.exact[2]):>8} "
             f"{_rate(s.exact[3]):>8} {_rate(s.word[0]):>7} {_rate(s.word[3]):>7} "
             f"{_rate(s.long_word_at_typed):>8} {sims[0]:>6.3f} {sims[3]:>6.3f} "
-            f"{_ms(s.cold_ms):>6} {_ms(s.prewarmed_ms):>7} {_ms(s.warm_ms):>6}"
+            f"{_ms(s.first_ms['cold']):>6} {_ms(s.first_ms['prewarmed']):>7} "
+            f"{_ms(s.first_ms['plain']):>6} {_ms(s.first_ms['restart']):>7} {_ms(s.warm_ms):>6}"
         )
         summary[name] = {
             "cases": len(s.exact[0]),
@@ -382,10 +433,39 @@ def _table(scores: dict[str, dict[str, Scores]], part: str, out: Out) -> dict[st
             "first_word": [sum(v) for v in s.word],
             "first_word_4_at_3": [sum(s.long_word_at_typed), len(s.long_word_at_typed)],
             "edit_similarity": [round(x, 4) for x in sims],
-            "cold_p50_ms": round(percentile(s.cold_ms, 50), 1),
-            "prewarmed_p50_ms": round(percentile(s.prewarmed_ms, 50), 1),
+            "cold_p50_ms": round(percentile(s.first_ms["cold"], 50), 1),
+            "prewarmed_p50_ms": round(percentile(s.first_ms["prewarmed"], 50), 1),
             "warm_p50_ms": round(percentile(s.warm_ms, 50), 1),
         }
+    return summary
+
+
+def _arrivals_table(
+    scores: dict[str, dict[str, Scores]], parts: Sequence[str], out: Out
+) -> dict[str, Any]:
+    """The first suggestion at the line per arrival, over the lines of ``parts`` together."""
+    out(
+        f"{'':<16} {'arrival':<10} {'lines':>5} {'exact@0':>8} {'word@0':>7} "
+        f"{'p50 ms':>7} {'p95 ms':>7}"
+    )
+    summary: dict[str, Any] = {}
+    for name, boards in scores.items():
+        summary[name] = {}
+        for arrival in ARRIVALS:
+            ms = [x for part in parts for x in boards[part].first_ms[arrival]]
+            exact = [x for part in parts for x in boards[part].first_exact[arrival]]
+            word = [x for part in parts for x in boards[part].first_word[arrival]]
+            out(
+                f"{name:<16} {arrival:<10} {len(ms):>5} {_rate(exact):>8} {_rate(word):>7} "
+                f"{_ms(ms):>7} {_ms(ms, 95):>7}"
+            )
+            summary[name][arrival] = {
+                "lines": len(ms),
+                "exact": sum(exact),
+                "first_word": sum(word),
+                "p50_ms": round(percentile(ms, 50), 1) if ms else None,
+                "p95_ms": round(percentile(ms, 95), 1) if ms else None,
+            }
     return summary
 
 
@@ -415,24 +495,32 @@ def run_infill_benchmark(
     out(
         f"infill: {parts['humaneval']} HumanEval lines + {parts['files']} real-file lines, "
         f"asked at the line start and after 1..{TYPED} typed characters; {threads} thread(s); "
-        f"odd cases pre-warmed by {idle_s:.0f} s idle at the reported cursor; real files: "
-        f"up to {before_chars} characters before the line"
+        f"arriving in turn {', '.join(ARRIVALS)} (pre-warmed: {idle_s:.0f} s idle at the "
+        f"reported cursor; plain: {idle_s:.0f} s idle, no cursor report; restart: plain, then "
+        f"the server restarted with the prefix cache on); real files: up to {before_chars} "
+        f"characters before the line"
     )
     t0 = time.perf_counter()
     scores = asyncio.run(_run(cases, model, threads, idle_s, timeout_s, out, configs))
     out(f"  run done in {time.perf_counter() - t0:.1f} s")
     result: dict[str, Any] = {"suite": "infill", "model": model or "default", "threads": threads}
-    for part in ("humaneval", "files") if humaneval else ("files",):
+    run_parts = ("humaneval", "files") if humaneval else ("files",)
+    for part in run_parts:
         out("")
         out(f"{part} ({parts[part]} lines):")
         result[part] = _table(scores, part, out)
+    out("")
+    out(f"first suggestion at the line by arrival ({' and '.join(run_parts)} lines together):")
+    result["arrivals"] = _arrivals_table(scores, run_parts, out)
     out("")
     out(
         "exact@k / word@k: predictions (k typed characters + the suggestion's first line) "
         "equal to the line / with its first word; word4@3: first word right after 3 typed "
         "characters, over lines whose first word has >= 4 characters; sim: mean edit "
-        "similarity; cold / warmed / warm: p50 ms from request (or keystroke) to answer on a "
-        "just-opened document / after idling / after a typed character"
+        "similarity; cold / warmed / plain / restart / warm: p50 ms from request (or "
+        "keystroke) to answer on a just-opened document / after idling at the reported cursor "
+        "/ after idling without a cursor report / right after a restart that followed such "
+        "idling (the prefix cache on) / after a typed character"
     )
     return result
 

@@ -3,7 +3,7 @@
 ``python -m structspec.bench.prefix_cache [--model PATH] [--threads 2] [--repeat 3]``
 evaluates windows of real code (this Python's own ``argparse.py``) of 512 to
 3,968 tokens from an empty cache, as pre-warming does (``prefill_in_chunks``),
-saves the state (``PrefixCache.save_held``), then prefills the same tokens
+saves the state (``PrefixCache.save``), then prefills the same tokens
 again from an empty cache with the saved entry on disk (the restart case:
 ``model/prefix_cache.py`` reads the state back). Rounds are interleaved by
 length; it prints the median of each over ``--repeat`` rounds, the entry's

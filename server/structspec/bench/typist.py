@@ -11,6 +11,7 @@ and typing a line one key at a time, waiting for each answer, or paced at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import sys
@@ -34,7 +35,7 @@ from structspec.bench.points import (
 from structspec.completion.trace import TRACE_ENV
 from structspec.completion.types import ERROR, IDLE, NOT_LOADED
 from structspec.config import Settings
-from structspec.files import CACHE_DIR_ENV
+from structspec.files import CACHE_DIR_ENV, default_cache_home
 
 Out = Callable[[str], None]
 
@@ -59,21 +60,48 @@ PACE_MS = 150.0
 ARRIVE_S = 1.0
 
 
-def server_env(trace: Path | None) -> dict[str, str]:
+def server_env(trace: Path | None, cache_dir: Path | None = None) -> dict[str, str]:
     """This tree's code, the default settings (no config file, no setting's variable), a trace.
 
     The on-disk prompt-prefix cache is off (``STRUCTSPEC_CACHE_DIR`` empty): an
     earlier run's saved prompts would make every "new place" of this one warm.
+    A benchmark of the cache itself names a ``cache_dir`` of its own (a
+    temporary folder), never the user's.
     """
     settings = {f"STRUCTSPEC_{f.name.upper()}" for f in dataclasses.fields(Settings)}
     env = {k: v for k, v in os.environ.items() if k not in settings}
     server_dir = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (server_dir, env.get("PYTHONPATH")) if p)
     env["STRUCTSPEC_CONFIG"] = os.devnull  # not a file: the defaults
-    env[CACHE_DIR_ENV] = ""
+    env[CACHE_DIR_ENV] = "" if cache_dir is None else str(cache_dir)
     if trace is not None:
         env[TRACE_ENV] = str(trace)
     return env
+
+
+#: The cache folders of per-model, per-machine measurements (``runtime``): the
+#: verification cost table and the prompt and decode rates.
+MEASUREMENT_FOLDERS = ("cost", "rates")
+
+
+def share_measurements(cache_dir: Path) -> None:
+    """Let a server whose cache folder is ``cache_dir`` read the measurements the others read.
+
+    Only the prompt-prefix cache is the folder's own (``server_env``): a server
+    started there would otherwise measure its cost table and the model's rates
+    again (minutes on a loaded machine) and plan drafts and choose its adaptive
+    defaults from other figures than the servers beside it, which read the
+    platform's folder. Where a link cannot be made, it measures its own.
+    """
+    for name in MEASUREMENT_FOLDERS:
+        link = cache_dir / name
+        if link.is_symlink() or link.exists():
+            continue
+        shared = default_cache_home() / name
+        with contextlib.suppress(OSError):
+            shared.mkdir(parents=True, exist_ok=True)
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(shared, target_is_directory=True)
 
 
 class ReplayedServer:
@@ -105,6 +133,8 @@ class ReplayedServer:
         self.client = StdioClient()
         # The server's stderr, kept for the error message; closed in close().
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        #: The server's prompt-prefix cache folder (``STRUCTSPEC_CACHE_DIR``); ``None``: off.
+        self.cache_dir: Path | None = None
         self.opened: dict[str, int] = {}
         self.text = ""
         self.served = 0  # the status' answers without the model so far
@@ -122,7 +152,9 @@ class ReplayedServer:
             cmd += ["--model", self.model]
         if self.log_file is not None:
             cmd += ["--log-file", str(self.log_file)]
-        await self.client.start(cmd, server_env(self.trace), self.stderr)
+        if self.cache_dir is not None:
+            share_measurements(self.cache_dir)
+        await self.client.start(cmd, server_env(self.trace, self.cache_dir), self.stderr)
         await self.client.request(
             "initialize",
             {

@@ -12,6 +12,14 @@ It counts the requests queued behind the one running: a prompt evaluation
 that ran past ``maxLatencyMs`` goes on only while none is (``warming``
 tells the status meanwhile). Background work has its own entry points
 (``background``); so has the warm-up (``service``).
+
+The worker's idle slot: behind every piece of work it runs comes a save of the
+model's evaluated prefixes to the on-disk prefix cache
+(``model.extras.save_prefixes``), skipped while a request is queued; and one
+more at shutdown, before the model is released. A save writes megabytes (tens
+of milliseconds, more under load), so it never runs inside a prefill a request
+waits on: a request's answer is handed back first, and what is saved is what
+the model holds then.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from structspec.completion.status import StatusBoard
 from structspec.completion.types import EmptyReason
 from structspec.engine.decode import EngineError
 from structspec.model.base import ModelError
+from structspec.model.extras import save_prefixes
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +103,13 @@ class Worker:
             loop.call_soon_threadsafe(fn, *args)
 
     def submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T] | None:
-        """Queue ``fn(*args)`` on the worker thread; ``None`` once it is shut down."""
+        """Queue ``fn(*args)`` on the worker thread, then the idle slot; ``None`` once shut down."""
         try:
-            return self._executor.submit(fn, *args)
+            future = self._executor.submit(fn, *args)
+            self._executor.submit(self._idle_slot)
         except RuntimeError:  # shut down
             return None
+        return future
 
     def submit_request(self, job: Job) -> concurrent.futures.Future[Outcome] | None:
         """Queue a request's generation (``run``); ``None`` once it is shut down."""
@@ -120,6 +131,7 @@ class Worker:
 
         def _release() -> None:
             try:
+                self._save_prefixes()  # a restart then starts where this session ended
                 self.host.close()
             finally:
                 released.set()
@@ -135,6 +147,23 @@ class Worker:
     def _announce(self, message: str) -> None:
         log.info("%s", message)
         self.call_soon(self._status.message_user, "info", message)
+
+    def _idle_slot(self) -> None:
+        """Worker, after a piece of work: save evaluated prefixes unless a request waits."""
+        if not (self.closed or self.requests_waiting()):
+            self._save_prefixes()
+
+    def _save_prefixes(self) -> None:
+        model = self.host.model
+        if model is None:
+            return
+        try:
+            saved = save_prefixes(model)
+        except Exception:  # a failed save costs the next session an evaluation, nothing more
+            log.debug("saving evaluated prefixes failed", exc_info=True)
+            return
+        if saved:
+            log.debug("saved %d evaluated prefix(es) to the prefix cache", saved)
 
     def _run_queued(self, job: Job) -> Outcome:
         with self._queued_lock:

@@ -23,6 +23,10 @@ keystroke take the worker from background work (pre-warm's prefill chunk,
 pre-generation's pass) at once instead of after that decode: a chunk of 128
 tokens takes a quarter of a second on a quiet 2-core machine and several
 times that under load.
+
+A model with an on-disk prompt-prefix cache (``prefix_cache(model)``) restores
+from it inside ``prefill`` but saves to it only when asked
+(``save_prefixes(model)``), at idle time.
 """
 
 from __future__ import annotations
@@ -125,6 +129,25 @@ def kv_slots(model: Model) -> SlottedModel | None:
 def gguf_extras(model: Model) -> GGUFModel | None:
     """``model`` as a ``GGUFModel`` when it is one, else ``None``."""
     return model if isinstance(model, GGUFModel) else None
+
+
+@runtime_checkable
+class SavesPrefixes(Model, Protocol):
+    """A ``Model`` with an on-disk prefix cache that it fills when told the time is idle."""
+
+    def save_prefixes(self) -> int:
+        """Save what its KV cache holds and the prefix cache lacks; how many entries it wrote."""
+        ...
+
+
+def save_prefixes(model: Model) -> int:
+    """Idle time: ``model`` saves evaluated prefixes to its on-disk cache; how many (0: none due).
+
+    Never inside work a request waits on: a save writes megabytes.
+    """
+    if prefix_cache(model) is None or not isinstance(model, SavesPrefixes):
+        return 0
+    return model.save_prefixes()
 
 
 def prefix_cache(model: Model) -> PrefixCache | None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import json
 import os
 import time
@@ -525,7 +526,7 @@ class LlamaModel:
     def prefill(self, tokens: Sequence[int]) -> int:
         if len(tokens) + 1 > self.n_ctx:
             raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
-        return self._fill(tokens, self._select_slot(tokens), complete=True)
+        return self._fill(tokens, self._select_slot(tokens))
 
     def prefill_part(self, tokens: Sequence[int], n: int) -> int:
         """``prefill(tokens[:n])`` in the slot ``prefill(tokens)`` would use (a chunk of it).
@@ -535,14 +536,14 @@ class LlamaModel:
         if len(tokens) + 1 > self.n_ctx:
             raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
         reused = self._select_slot(tokens)
-        return self._fill(tokens[:n], min(reused, n), complete=n >= len(tokens))
+        return self._fill(tokens[:n], min(reused, n))
 
-    def _fill(self, tokens: Sequence[int], reused: int, *, complete: bool) -> int:
+    def _fill(self, tokens: Sequence[int], reused: int) -> int:
         """Evaluate ``tokens`` after the first ``reused`` the current slot holds.
 
         With a prefix cache, a saved state that spares enough of the evaluation
-        is read back first, and the end of a whole prompt's prefill
-        (``complete``, not a chunk of it) is saved for next time.
+        is read back first. Nothing is saved here (a request may be waiting on
+        this prefill): ``save_prefixes`` does that at idle time.
         """
         self.truncate(reused)
         cache = self.prefix_cache
@@ -553,8 +554,6 @@ class LlamaModel:
             chunk = list(tokens[start : start + self.n_batch])
             self._decode(chunk, start, logits=False)
             self._slot.tokens.extend(chunk)
-        if cache is not None and complete:
-            cache.save_held(self, self._slot.tokens)
         return reused
 
     # -- the prefix cache's state ------------------------------------------
@@ -571,9 +570,26 @@ class LlamaModel:
             ]
         )
 
+    def save_prefixes(self) -> int:
+        """Save each KV slot's tokens and state that the prefix cache lacks; how many were saved.
+
+        For idle time (``model.extras.save_prefixes``): what a slot holds now,
+        its tokens and its sequence's state read together, so a state is never
+        saved under tokens a later request changed.
+        """
+        cache = self.prefix_cache
+        if cache is None:
+            return 0
+        return sum(
+            cache.save_held(slot.tokens, functools.partial(self._seq_state, slot.seq))
+            for slot in self._slots
+        )
+
     def state_bytes(self) -> bytes | None:
         """llama.cpp's state of the current slot's sequence (``prefix_cache.SavesState``)."""
-        seq = self._slot.seq
+        return self._seq_state(self._slot.seq)
+
+    def _seq_state(self, seq: int) -> bytes | None:
         size = self._llama.llama_state_seq_get_size(self._ctx, seq)
         if size <= 0:
             return None

@@ -7,6 +7,12 @@ of it away. The KV state of an evaluated prefix is a few megabytes (about
 model saves the state of a long prefill here and, at a later prefill whose
 tokens start with a saved prefix, restores it instead of evaluating it.
 
+A save writes megabytes (tens of milliseconds, more under load), so it never
+happens inside a prefill a request waits on: the model saves what its KV
+cache holds when its owner says the time is idle (``save_prefixes``, called
+by the completion layer's worker after a request is answered and at
+shutdown), its tokens and its state read together.
+
 An entry is one file, ``<key>.kv``, named by the SHA-256 of the model's
 identity and the prefix's tokens::
 
@@ -30,7 +36,7 @@ Rules, because the folder is outside structspec's control:
 
 The cache is model-agnostic: a model hands it the tokens and the bytes of its
 state (``LlamaModel``: llama.cpp's per-sequence state; the stand-in: nothing
-beyond the tokens), and decides itself when to save and restore.
+beyond the tokens), and decides itself when to restore.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import logging
 import os
 import struct
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -62,7 +68,10 @@ _MAX_HEADER = 4096
 RESTORE_MIN = 64
 #: A model's cache is saved once it holds this many tokens beyond the longest
 #: prefix it shares with a saved entry: each save writes the whole state, so
-#: saves come only after a prefill long enough to be worth sparing.
+#: saves come only after evaluations long enough to be worth sparing. A cache
+#: that no entry would serve (a new document: it shares fewer than
+#: ``RESTORE_MIN`` tokens with each) is saved from ``RESTORE_MIN`` new tokens
+#: on, so a short document, reopened after a restart, is read back too.
 SAVE_GAP = 256
 
 
@@ -171,14 +180,17 @@ class PrefixCache:
             return 0
         return common
 
-    def save_held(self, model: SavesState, held: Sequence[int]) -> bool:
-        """Save ``model``'s cache, holding ``held``, if it is ``SAVE_GAP`` past what is saved."""
-        if len(held) < SAVE_GAP:
+    def save_held(self, held: Sequence[int], state: Callable[[], bytes | None]) -> bool:
+        """Save ``state()``, a cache's state holding ``held``, if far enough past what is saved.
+
+        ``state`` is asked only when the save is due (reading a state is not free).
+        """
+        if len(held) < RESTORE_MIN:
             return False
         _, common = self.best(held)
-        if len(held) - common < SAVE_GAP:
+        if len(held) - common < (SAVE_GAP if common >= RESTORE_MIN else RESTORE_MIN):
             return False
-        data = model.state_bytes()
+        data = state()
         return data is not None and self.save(held, data)
 
     # -- save --------------------------------------------------------------

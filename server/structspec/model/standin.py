@@ -148,8 +148,6 @@ class StandInModel:
         self._check_interrupt(len(tokens) - reused)
         self.prefilled_tokens += len(tokens) - reused
         self._cache = list(tokens)
-        if cache is not None:
-            cache.save_held(self, self._cache)
         return reused
 
     def verify(self, tokens: Sequence[int]) -> Rows:
@@ -180,6 +178,11 @@ class StandInModel:
     def identity(self) -> str:
         """What a saved state must match: the stand-in's weights and vocabulary."""
         return f"{self.name}|{self.alphabet!r}|{self.pieces!r}|{self._fim}|{self.n_ctx}"
+
+    def save_prefixes(self) -> int:
+        """Save the cache's tokens if the prefix cache lacks them (idle time, as ``LlamaModel``)."""
+        cache = self.prefix_cache
+        return 0 if cache is None else int(cache.save_held(list(self._cache), self.state_bytes))
 
     def state_bytes(self) -> bytes | None:
         return struct.pack(f"<{len(self._cache)}I", *self._cache)
