@@ -8,7 +8,9 @@ llama-server, ``choices[0].text`` and ``data: [DONE]`` for OpenAI, NDJSON
 ``{"response", "done"}`` for Ollama) and the same error bodies. ``endpoints``
 says which of them this server has; the others answer 404 like the real
 server would. It records each request and whether a client closed a stream
-before its end (``closed``).
+before its end (``closed``). With ``log`` set, its llama-server streams write
+the lines llama-server's own log has for them: a task started, cancelled on a
+closed connection, or its timings at the end.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 ALL = ("infill", "completion", "ollama", "openai")
@@ -59,10 +62,25 @@ class FakeBackend:
         self.requests: list[Seen] = []
         self.closed = threading.Event()
         self.finished = threading.Event()  # a stream was written to its end
+        self.log: Path | None = None  # llama-server's log lines of its streams go here
+        self._tasks = 0
+        self._log_lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def task_started(self) -> int:
+        """A new task's id, logged as llama-server logs a slot taking it."""
+        with self._log_lock:
+            task, self._tasks = self._tasks, self._tasks + 1
+        self.log_line(f"slot launch_slot_: id  0 | task {task} | processing task, is_child = 0")
+        return task
+
+    def log_line(self, line: str) -> None:
+        if self.log is not None:
+            with self._log_lock, self.log.open("a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
 
     def posts(self, path: str) -> list[Seen]:
         return [r for r in self.requests if r.path == path]
@@ -104,7 +122,9 @@ def _handler(fake: FakeBackend) -> type[BaseHTTPRequestHandler]:
             else:  # vLLM (FastAPI)
                 self._json(404, {"detail": "Not Found"})
 
-        def _stream(self, kind: str, pieces: Iterator[bytes]) -> None:
+        def _stream(self, kind: str, pieces: Iterator[bytes], *, task: bool = False) -> None:
+            """Write ``pieces`` chunked; ``task``: log it as a llama-server task."""
+            n = fake.task_started() if task else None
             self.send_response(200)
             self.send_header("Content-Type", kind)
             self.send_header("Transfer-Encoding", "chunked")
@@ -118,8 +138,15 @@ def _handler(fake: FakeBackend) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
                 fake.finished.set()
+                if n is not None:
+                    fake.log_line(
+                        f"slot print_timing: id  0 | task {n} |        eval time =      10.00 ms / "
+                        "    4 tokens (    2.50 ms per token,   400.00 tokens per second)"
+                    )
             except (BrokenPipeError, ConnectionResetError):
                 fake.closed.set()
+                if n is not None:
+                    fake.log_line(f"srv          stop: cancel task, id_task = {n}")
 
         def _wait_for_close(self) -> Iterator[bytes]:
             """Yield nothing until the client closes the connection (a stalled server)."""
@@ -188,7 +215,7 @@ def _handler(fake: FakeBackend) -> type[BaseHTTPRequestHandler]:
                 return self._stream("application/x-ndjson", self._ollama())
             if route == "openai":
                 return self._stream("text/event-stream", self._openai())
-            return self._stream("text/event-stream", self._llama())
+            return self._stream("text/event-stream", self._llama(), task=True)
 
         # -- streams ----------------------------------------------------------------
         def _bad(self) -> Iterator[bytes]:

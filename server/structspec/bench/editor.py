@@ -68,7 +68,9 @@ This module runs the configurations and checks the trace; the cursor points
 and the editor's edits are ``bench/points.py``, the simulated user against
 one server ``bench/typist.py`` (over ``bench/lsp_client.py``), what it
 measures ``bench/editor_stats.py`` and the printed report
-``bench/editor_report.py``.
+``bench/editor_report.py``. With a remote engine (``backend``), two more
+configurations, ``remote`` and ``remote, paced``, type through it, and what
+its log says is reported after the rest (``bench/remote_editor.py``).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +99,7 @@ from structspec.bench.points import (
     language_id,
     plan_points,
 )
+from structspec.bench.remote_editor import REMOTE, REMOTE_PACED, RemoteEngine
 from structspec.bench.typist import Out, ReplayedServer, start_server
 from structspec.config import Settings
 
@@ -232,6 +235,7 @@ def run_editor_benchmark(
     log_dir: Path | None = None,
     record: Path | None = None,
     variant: dict[str, Any] | None = None,
+    backend: RemoteEngine | None = None,
 ) -> dict[str, Any]:
     """Replay typing through ``files`` in every configuration; print a report; return the numbers.
 
@@ -248,7 +252,9 @@ def run_editor_benchmark(
     recording for ``structspec benchmark --replay`` to ``record``
     (``bench/recording.py``: ``recording_from_trace``). ``variant``: settings (LSP
     spelling, as ``initializationOptions``) of one more configuration typed in
-    turn with the others, and of one more paced one.
+    turn with the others, and of one more paced one. ``backend``: a remote
+    engine typed through by two more configurations, ``remote`` and ``remote,
+    paced`` (``bench/remote_editor.py``).
     """
     files = list(files) or default_files()
     if not files:
@@ -261,8 +267,12 @@ def run_editor_benchmark(
     languages: dict[str, int] = {}
     for name in files:
         languages[language_id(name)] = languages.get(language_id(name), 0) + 1
-    runs = _Configurations(model, threads, timeout_s, log_dir, variant, paced=paced, jump=jump)
+    runs = _Configurations(
+        model, threads, timeout_s, log_dir, variant, backend, paced=paced, jump=jump
+    )
     print_plan(files, languages, points, runs.variant_label, threads, out)
+    if backend is not None:
+        out(f"  remote engine: {backend.label}")
     with tempfile.TemporaryDirectory(prefix="structspec-editor-") as tmp:
         trace = Path(tmp) / "trace.jsonl" if exactness else None
         if record is not None:
@@ -276,6 +286,7 @@ def run_editor_benchmark(
             checked = _check_and_record(model, threads, trace, exactness, record, out)
     loaded = runs.loaded_names(contention)
     n = report_results(results, len(points), loaded, _loops(contention), checked, model, out)
+    remote = backend.report(out) if backend is not None else None
     return {
         "suite": "editor",
         "files": files,
@@ -290,6 +301,7 @@ def run_editor_benchmark(
         "speculation_decode_ratio": round(n.speculation_decode_ratio, 2),
         "contention_ratio": round(n.contention_ratio, 2),
         "exactness": n.exactness,
+        "remote": remote,
     }
 
 
@@ -303,6 +315,7 @@ class _Configurations:
         timeout_s: float,
         log_dir: Path | None,
         variant: dict[str, Any] | None,
+        backend: RemoteEngine | None,
         *,
         paced: bool,
         jump: bool = False,
@@ -315,11 +328,18 @@ class _Configurations:
         # The ones replayed again under contention: the defaults and the variant.
         self.loaded_configs = [("structspec", {}), *self.variants]
         self.paced_configs = [(PACED, {}), *((variant_name(PACED, v), v) for _, v in self.variants)]
+        self.backend = backend
+        if backend is not None:
+            self.configs.append((REMOTE, backend.options))
+            self.paced_configs.append((REMOTE_PACED, backend.options))
 
     def server(
         self, name: str, options: dict[str, Any], *, paced: bool = False, trace: Path | None = None
     ) -> ReplayedServer:
-        return ReplayedServer(
+        make: Callable[..., ReplayedServer] = ReplayedServer
+        if self.backend is not None and name in (REMOTE, REMOTE_PACED):
+            make = self.backend.server
+        return make(
             name,
             options,
             self.model,

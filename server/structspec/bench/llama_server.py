@@ -81,7 +81,9 @@ class LlamaServerBaseline:
         n_ctx: int,
         log_dir: Path | None = None,
         sampling: Sampling = GREEDY,
+        extra_args: Sequence[str] = (),
     ) -> None:
+        """``extra_args``: more of llama-server's flags (the editor benchmark's set-up)."""
         if not Path(binary).is_file():
             raise LlamaServerError(f"llama-server binary not found: {binary}")
         self.mode = mode
@@ -110,14 +112,16 @@ class LlamaServerBaseline:
             args.append("--no-repack")
         if kind is not None:
             args += ["--spec-type", kind]
-        log = (log_dir / f"{mode.replace(':', '-')}.log") if log_dir else None
+        args += extra_args
+        self.args = args
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = (log_dir / f"{mode.replace(':', '-')}.log") if log_dir else None
+        log = self.log_path
         self._log: IO[bytes] | None = open(log, "wb") if log else None  # noqa: SIM115
         self.proc = subprocess.Popen(
             args, stdout=self._log or subprocess.DEVNULL, stderr=subprocess.STDOUT
         )
-        self.client = httpx.Client(
-            base_url=f"http://127.0.0.1:{self.port}", timeout=REQUEST_TIMEOUT_S
-        )
+        self.client = httpx.Client(base_url=self.url, timeout=REQUEST_TIMEOUT_S)
         try:
             self._wait_ready()
         except BaseException:

@@ -11,11 +11,12 @@ to the tests that prove the distribution (``bench/report.py``: ``SAMPLING_PROOF`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from structspec.config import SOURCE_NAMES, resolve_sources
 from structspec.errors import UserError
 
 if TYPE_CHECKING:
+    from structspec.bench.remote_editor import RemoteEngine
     from structspec.bench.suites import Prompt
     from structspec.config import Settings
     from structspec.engine.sampling import Sampling
@@ -84,7 +86,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--llama-server",
         metavar="PATH",
         help="llama.cpp's llama-server binary for the llama-server modes "
-        "(tools/build-llama-server.sh builds one)",
+        "(tools/build-llama-server.sh builds one); editor suite: started on the model "
+        "and typed through as the remote engine, its log read",
+    )
+    p.add_argument(
+        "--backend",
+        metavar="URL",
+        help="editor suite: also type through a language server completing through this "
+        "running engine (the `backend` setting: llama-server, OpenAI-compatible, Ollama)",
+    )
+    p.add_argument(
+        "--backend-log",
+        metavar="FILE",
+        help="editor suite with --backend: the engine's log (llama-server --log-file FILE), "
+        "read for its requests per keystroke and cancelled requests",
     )
     p.add_argument(
         "--plot",
@@ -243,6 +258,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{flag} needs --replay RECORDING")
     if args.suite == "editor":
         return _run_editor(args)
+    if args.backend or args.backend_log:
+        raise UserError("--backend and --backend-log apply to --suite editor only")
     if args.suite == "infill":
         return _run_infill(args)
     if args.suite == "shapes":
@@ -391,23 +408,68 @@ def _run_editor(args: argparse.Namespace) -> int:
             logs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"--server-logs {args.server_logs}: {exc.strerror or exc}") from None
-    return _run_printed(
-        args,
-        "editor",
-        "editor replay",
-        lambda out: run_editor_benchmark(
-            files,
-            settings.model,
-            settings.threads,
-            out=out,
-            limit=args.limit,
-            contention=args.contention,
-            exactness=not args.no_exactness,
-            log_dir=logs,
-            record=Path(args.record) if args.record else None,
-            variant=variant,
-        ),
-    )
+    with _editor_backend(args, settings, logs) as backend:
+        return _run_printed(
+            args,
+            "editor",
+            "editor replay" + (", local and remote engine" if backend else ""),
+            lambda out: run_editor_benchmark(
+                files,
+                settings.model,
+                settings.threads,
+                out=out,
+                limit=args.limit,
+                contention=args.contention,
+                exactness=not args.no_exactness,
+                log_dir=logs,
+                record=Path(args.record) if args.record else None,
+                variant=variant,
+                backend=backend,
+            ),
+        )
+
+
+@contextlib.contextmanager
+def _editor_backend(
+    args: argparse.Namespace, settings: Settings, logs: Path | None
+) -> Iterator[RemoteEngine | None]:
+    """The editor suite's remote engine: ``--backend URL``, one started by ``--llama-server``."""
+    from structspec.bench.llama_server import LlamaServerError
+    from structspec.bench.remote_editor import running_engine, started_llama_server
+    from structspec.config import Settings, apply
+
+    if args.backend_log and not args.backend:
+        raise UserError("--backend-log needs --backend URL")
+    if args.backend:
+        if args.llama_server:
+            raise UserError("--backend URL or --llama-server PATH, not both")
+        _, _, errors = apply(Settings(), {"backend": args.backend}, camel_case=True)
+        if errors:
+            raise UserError(f"--backend: {'; '.join(errors)}")
+        if args.backend_log and not Path(args.backend_log).is_file():
+            raise UserError(f"--backend-log {args.backend_log}: not a file")
+        yield running_engine(args.backend, args.backend_log)
+        return
+    if not args.llama_server:
+        yield None
+        return
+    if not os.access(args.llama_server, os.X_OK):
+        raise UserError(f"--llama-server {args.llama_server}: not an executable file")
+    if settings.model.startswith("standin"):
+        raise UserError("--llama-server needs a GGUF model, not the stand-in")
+    from structspec.model.paths import default_model_path
+
+    model = settings.model or str(default_model_path())
+    with contextlib.ExitStack() as stack:
+        try:
+            engine = stack.enter_context(
+                started_llama_server(
+                    args.llama_server, model, settings.threads, settings.context_size, logs
+                )
+            )
+        except LlamaServerError as exc:
+            raise UserError(str(exc)) from None
+        yield engine
 
 
 def _editor_variant(items: list[str]) -> dict[str, Any]:

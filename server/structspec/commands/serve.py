@@ -3,7 +3,9 @@
 ``--model`` (or the config file / environment, or the embedded default) serves
 the in-process speculative engine; ``--backend URL`` relays to another
 OpenAI-compatible server and adds metrics; ``--backend auto`` picks the first
-server ``structspec detect`` finds.
+server ``structspec detect`` finds. Without ``--backend`` or ``--model``, the
+``backend`` setting (config file, ``$STRUCTSPEC_BACKEND``), the language
+server's remote engine, is relayed to, with ``backend_api_key``.
 
 Security: binds 127.0.0.1 unless ``--host`` says otherwise, and there only
 answers requests whose Host header names the loopback (DNS rebinding).
@@ -193,6 +195,14 @@ def _proxy_app(
     return app, f"proxy to {backend}"
 
 
+def _setting_backend(backend: str) -> str:
+    """The proxy's URL for the ``backend`` setting: its server's base (the proxy relays
+    ``/v1/...`` under it), without a path that pins a protocol for the language server."""
+    from structspec.backends.address import AUTO, split_url
+
+    return backend if backend == AUTO else split_url(backend)[0]
+
+
 def _model_app(
     args: argparse.Namespace, settings: Settings, explicit: Collection[str] = ()
 ) -> tuple[Any, str, Callable[[], None]]:
@@ -234,6 +244,11 @@ def run(args: argparse.Namespace) -> int:
     _check_limits(args)
     if args.backend and args.model:
         raise UserError("--model and --backend exclude each other (a proxy runs no model)")
+    # Settings are checked in both modes: a broken config file is refused, not ignored.
+    loaded = settings_from_args(args, max_tokens=args.max_tokens)
+    settings = loaded.settings
+    if args.backend is None and args.model is None and settings.backend:
+        args.backend = _setting_backend(settings.backend)
     api_key = _key(args.api_key, API_KEY_ENV, f"--api-key / ${API_KEY_ENV}")
     if args.backend_api_key is not None and not args.backend:
         raise UserError("--backend-api-key needs --backend")
@@ -241,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
         _key(
             args.backend_api_key, BACKEND_API_KEY_ENV, f"--backend-api-key / ${BACKEND_API_KEY_ENV}"
         )
+        or settings.backend_api_key
+        or None
         if args.backend
         else None
     )
@@ -251,9 +268,6 @@ def run(args: argparse.Namespace) -> int:
             f"set --api-key or ${API_KEY_ENV}, or pass --allow-unauthenticated to serve "
             "without one"
         )
-    # Settings are checked in both modes: a broken config file is refused, not ignored.
-    loaded = settings_from_args(args, max_tokens=args.max_tokens)
-    settings = loaded.settings
     _check_port(args.host, args.port)
     max_connections = fit_fd_limit(args.max_connections)
     if max_connections < args.max_connections:
