@@ -99,6 +99,7 @@
 #define GROUP 16        /* output rows per packed group: the lanes of a 512-bit vector */
 #define TILE 8          /* hidden-state rows computed together against a group (512-bit) */
 #define TILE2 4         /* the same with 256-bit vectors: 16 registers, not 32 */
+#define CHUNK 32        /* groups a thread takes at a time (512 output rows) */
 #define Q8_BYTES (8 * 64 + GROUP * 2)
 #define Q6_SCALES (64 * 64)
 #define Q6_OFFSETS (Q6_SCALES + 16 * GROUP)
@@ -294,7 +295,7 @@ typedef void (*group_fn)(const head_job *job, int64_t g, float *last);
 
 struct head_job {
     const uint8_t *packed;
-    int64_t group_begin, group_end, nb, cols, rows, n;
+    int64_t nb, cols, rows, n;
     quantized_rows x;
     float *out;         /* n x rows */
     const volatile char *stop; /* a flag another thread may set; NULL: never */
@@ -467,6 +468,10 @@ SS_INLINE SS_AVX2 void q8_0_tile_256(const uint8_t *gp, int64_t nb, int64_t cols
             for (int r = 0; r < R; r++) {
                 const __m256i x = _mm256_set1_epi32(((const int32_t *)(q + r * cols + b * QK))[j]);
                 dot[r] = vnni ? dot4(dot[r], w, x, 1) : dot4(dot[r], aw, _mm256_sign_epi8(x, ws), 0);
+                /* an empty statement that says dot[r] is needed now: without it GCC
+                 * computes the 32 products of a block first, spills them to the
+                 * stack and adds them up after, a load and a store each */
+                __asm__("" : "+x"(dot[r]));
             }
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + b * Q8_BYTES + 8 * 64 + 16 * half)));
@@ -557,9 +562,8 @@ static SS_AVX2 void group_q6_K_avxvnni(const head_job *job, int64_t g, float *la
     group_256(job, g, last, SS_Q6_K, 1);
 }
 
-static void run_groups(const head_job *job) {
-    float last[TILE * GROUP];
-    for (int64_t g = job->group_begin; g < job->group_end; g++) {
+static void run_groups(const head_job *job, int64_t begin, int64_t end, float *last) {
+    for (int64_t g = begin; g < end; g++) {
         if (job->stop && *job->stop) return; /* one byte read per 16 vocabulary rows */
         job->group(job, g, last);
     }
@@ -617,22 +621,26 @@ int ss_head_logits(int type, int isa, const void *packed, int64_t rows, int64_t 
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
     if (threads > groups) threads = (int)groups;
-    head_job jobs[64];
-    for (int t = 0; t < threads; t++) {
-        jobs[t] = (head_job){
-            .packed = (const uint8_t *)packed,
-            .group_begin = groups * t / threads,
-            .group_end = groups * (t + 1) / threads,
-            .nb = nb, .cols = cols, .rows = rows, .n = n,
-            .x = {q, d, s}, .out = out, .stop = stop,
-            .group = kernels[type == SS_Q6_K][isa],
-        };
-    }
+    const head_job job = {
+        .packed = (const uint8_t *)packed,
+        .nb = nb, .cols = cols, .rows = rows, .n = n,
+        .x = {q, d, s}, .out = out, .stop = stop,
+        .group = kernels[type == SS_Q6_K][isa],
+    };
     /* OpenMP, as llama.cpp's CPU backend: its worker threads wait spinning for
      * a while after each decode, and a team of our own would have to share
-     * the cores with them; the same runtime hands this loop to those threads. */
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-    for (int t = 0; t < threads; t++) run_groups(&jobs[t]);
+     * the cores with them; the same runtime hands this loop to those threads.
+     * The groups are dealt in chunks, each to whichever thread is free: a
+     * thread the OS has preempted (another program, a laptop's slower core)
+     * leaves its share to the others instead of holding the pass up. */
+    const int64_t chunks = (groups + CHUNK - 1) / CHUNK;
+#pragma omp parallel num_threads(threads)
+    {
+        float last[TILE * GROUP];
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < chunks; c++)
+            run_groups(&job, c * CHUNK, (c + 1) * CHUNK < groups ? (c + 1) * CHUNK : groups, last);
+    }
     return stop && *(const volatile char *)stop ? 1 : 0;
 #else
     (void)type; (void)isa; (void)packed; (void)rows; (void)cols; (void)x; (void)n; (void)out;
