@@ -59,16 +59,18 @@
  * vector, 4 hidden-state rows at a time); AVX2 (the same with VPMADDUBSW,
  * whose int16 pair sums cannot saturate here: Q8_0 takes |w| (<= 128) and x
  * with w's sign (|x| <= 127), 2 * 128 * 127 < 32768; Q6_K takes x + 128
- * (<= 255) and |w| <= 32, 2 * 255 * 32 < 32768). No other CPU gets a kernel:
- * llama.cpp computes the head there.
+ * (<= 255) and |w| <= 32, 2 * 255 * 32 < 32768, so that two of its sums add
+ * up in int16 and go into VPMADDWD against the sub-block scales, which takes
+ * the place of VNNI's VPMULLD). No other CPU gets a kernel: llama.cpp
+ * computes the head there.
  *
  * The hidden states come from llama.cpp itself: ss_capture_eval is an
  * eval callback (llama_context_params.cb_eval) that copies the tensor named
  * "result_norm" (the final norm's output, the head's input) and then stops
  * the graph there, so llama.cpp never computes its own head for that pass.
  *
- * Threads: OpenMP, the runtime llama.cpp's CPU backend runs on (see
- * ss_head_logits). Everything is called from Python through ctypes
+ * Threads: OpenMP, the runtime llama.cpp's CPU backend runs on, each taking
+ * the next chunk of groups when it is done with one (see ss_head_logits). Everything is called from Python through ctypes
  * (structspec/model/head.py). Nothing here allocates or keeps state between
  * calls besides what the caller passes in.
  */
