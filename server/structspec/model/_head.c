@@ -70,9 +70,10 @@
  * the graph there, so llama.cpp never computes its own head for that pass.
  *
  * Threads: OpenMP, the runtime llama.cpp's CPU backend runs on, each taking
- * the next chunk of groups when it is done with one (see ss_head_logits). Everything is called from Python through ctypes
- * (structspec/model/head.py). Nothing here allocates or keeps state between
- * calls besides what the caller passes in.
+ * the next chunk of groups when it is done with one (see ss_head_logits).
+ * Everything is called from Python through ctypes (structspec/model/head.py).
+ * Nothing here allocates or keeps state between calls besides what the
+ * caller passes in.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -674,7 +675,6 @@ int ss_head_logits(int type, int isa, const void *packed, int64_t rows, int64_t 
     const int64_t groups = (rows + GROUP - 1) / GROUP;
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
-    if (threads > groups) threads = (int)groups;
     const head_job job = {
         .packed = (const uint8_t *)packed,
         .nb = nb, .cols = cols, .rows = rows, .n = n,
@@ -688,6 +688,7 @@ int ss_head_logits(int type, int isa, const void *packed, int64_t rows, int64_t 
      * thread the OS has preempted (another program, a laptop's slower core)
      * leaves its share to the others instead of holding the pass up. */
     const int64_t chunks = (groups + CHUNK - 1) / CHUNK;
+    if (threads > chunks) threads = (int)chunks;
 #pragma omp parallel num_threads(threads)
     {
         float last[TILE * GROUP];
