@@ -106,12 +106,14 @@ def _kernel_case(qtype: int, rows: int, cols: int, n: int, isa: str, seed: int):
         (native.Q8_0, 160, 96, 8),
         (native.Q8_0, 17, 32, 16),
         (native.Q8_0, 5, 128, 2),
+        (native.Q8_0, 1605, 32, 3),  # threads take chunks of 512 rows: 4 here, the last partial
         (native.Q6_K, 16, 256, 1),
         (native.Q6_K, 37, 512, 3),
         (native.Q6_K, 1000, 256, 9),
         (native.Q6_K, 160, 768, 8),
         (native.Q6_K, 17, 256, 16),
         (native.Q6_K, 5, 512, 2),
+        (native.Q6_K, 1605, 256, 2),
     ],
 )
 def test_kernel_computes_llama_cpp_logits(isa, qtype, rows, cols, n):

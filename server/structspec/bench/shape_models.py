@@ -351,15 +351,27 @@ def write_gguf(shape: Shape, path: Path, *, seed: int = 0) -> None:
     w.add_bos_token_id(shape.bos)
     w.add_eos_token_id(shape.eos)
     w.add_add_bos_token(shape.add_bos)
-    for name, dims in _tensors(shape):
+    # Streamed: the tensors' descriptions first, then each tensor made and
+    # written in turn, so that at most one matrix is in memory (a 7B shape is
+    # 8 GB at Q8_0).
+    q8_0 = gguf.GGMLQuantizationType.Q8_0
+    specs = _tensors(shape)
+    for name, dims in specs:
         if len(dims) == 1:
-            fill = 1.0 if name.endswith("norm.weight") else 0.0
-            w.add_tensor(name, np.full(dims, fill, dtype=np.float32))
+            w.add_tensor_info(name, dims, np.dtype(np.float32), dims[0] * 4)
         else:
-            w.add_tensor(name, _q8_0(rng, *dims), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            rows, cols = dims
+            size = rows * (cols // 32) * 34
+            w.add_tensor_info(name, (rows, size // rows), np.dtype(np.uint8), size, raw_dtype=q8_0)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    for name, dims in specs:
+        if len(dims) == 1:
+            fill = 1.0 if name.endswith("norm.weight") else 0.0
+            w.write_tensor_data(np.full(dims, fill, dtype=np.float32))
+        else:
+            w.write_tensor_data(_q8_0(rng, *dims))
     w.close()
 
 

@@ -59,18 +59,21 @@
  * vector, 4 hidden-state rows at a time); AVX2 (the same with VPMADDUBSW,
  * whose int16 pair sums cannot saturate here: Q8_0 takes |w| (<= 128) and x
  * with w's sign (|x| <= 127), 2 * 128 * 127 < 32768; Q6_K takes x + 128
- * (<= 255) and |w| <= 32, 2 * 255 * 32 < 32768). No other CPU gets a kernel:
- * llama.cpp computes the head there.
+ * (<= 255) and |w| <= 32, 2 * 255 * 32 < 32768, so that two of its sums add
+ * up in int16 and go into VPMADDWD against the sub-block scales, which takes
+ * the place of VNNI's VPMULLD). No other CPU gets a kernel: llama.cpp
+ * computes the head there.
  *
  * The hidden states come from llama.cpp itself: ss_capture_eval is an
  * eval callback (llama_context_params.cb_eval) that copies the tensor named
  * "result_norm" (the final norm's output, the head's input) and then stops
  * the graph there, so llama.cpp never computes its own head for that pass.
  *
- * Threads: OpenMP, the runtime llama.cpp's CPU backend runs on (see
- * ss_head_logits). Everything is called from Python through ctypes
- * (structspec/model/head.py). Nothing here allocates or keeps state between
- * calls besides what the caller passes in.
+ * Threads: OpenMP, the runtime llama.cpp's CPU backend runs on, each taking
+ * the next chunk of groups when it is done with one (see ss_head_logits).
+ * Everything is called from Python through ctypes (structspec/model/head.py).
+ * Nothing here allocates or keeps state between calls besides what the
+ * caller passes in.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -99,6 +102,7 @@
 #define GROUP 16        /* output rows per packed group: the lanes of a 512-bit vector */
 #define TILE 8          /* hidden-state rows computed together against a group (512-bit) */
 #define TILE2 4         /* the same with 256-bit vectors: 16 registers, not 32 */
+#define CHUNK 32        /* groups a thread takes at a time (512 output rows) */
 #define Q8_BYTES (8 * 64 + GROUP * 2)
 #define Q6_SCALES (64 * 64)
 #define Q6_OFFSETS (Q6_SCALES + 16 * GROUP)
@@ -294,7 +298,7 @@ typedef void (*group_fn)(const head_job *job, int64_t g, float *last);
 
 struct head_job {
     const uint8_t *packed;
-    int64_t group_begin, group_end, nb, cols, rows, n;
+    int64_t nb, cols, rows, n;
     quantized_rows x;
     float *out;         /* n x rows */
     const volatile char *stop; /* a flag another thread may set; NULL: never */
@@ -467,6 +471,10 @@ SS_INLINE SS_AVX2 void q8_0_tile_256(const uint8_t *gp, int64_t nb, int64_t cols
             for (int r = 0; r < R; r++) {
                 const __m256i x = _mm256_set1_epi32(((const int32_t *)(q + r * cols + b * QK))[j]);
                 dot[r] = vnni ? dot4(dot[r], w, x, 1) : dot4(dot[r], aw, _mm256_sign_epi8(x, ws), 0);
+                /* an empty statement that says dot[r] is needed now: without it GCC
+                 * computes the 32 products of a block first, spills them to the
+                 * stack and adds them up after, a load and a store each */
+                __asm__("" : "+x"(dot[r]));
             }
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + b * Q8_BYTES + 8 * 64 + 16 * half)));
@@ -480,9 +488,10 @@ SS_INLINE SS_AVX2 void q8_0_tile_256(const uint8_t *gp, int64_t nb, int64_t cols
     for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * out_stride + 8 * half, acc[r]);
 }
 
+/* Q6_K with AVX-VNNI (without: q6_K_tile_avx2) */
 SS_INLINE SS_AVX2 void q6_K_tile_256(const uint8_t *gp, int64_t nb, int64_t cols, const uint8_t *q,
                                      const float *d, const int R, int half, float *out,
-                                     int64_t out_stride, const int vnni) {
+                                     int64_t out_stride) {
     __m256 acc[TILE2];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -498,11 +507,56 @@ SS_INLINE SS_AVX2 void q6_K_tile_256(const uint8_t *gp, int64_t nb, int64_t cols
             const __m256i w3 = _mm256_loadu_si256((const __m256i *)(pw + 192));
             for (int r = 0; r < R; r++) {
                 const int32_t *xq = (const int32_t *)(q + r * cols + b * QK_K + 16 * j);
-                __m256i t0 = dot4(_mm256_setzero_si256(), _mm256_set1_epi32(xq[0]), w0, vnni);
-                __m256i t1 = dot4(_mm256_setzero_si256(), _mm256_set1_epi32(xq[1]), w1, vnni);
-                t0 = dot4(t0, _mm256_set1_epi32(xq[2]), w2, vnni);
-                t1 = dot4(t1, _mm256_set1_epi32(xq[3]), w3, vnni);
+                __m256i t0 = dot4(_mm256_setzero_si256(), _mm256_set1_epi32(xq[0]), w0, 1);
+                __m256i t1 = dot4(_mm256_setzero_si256(), _mm256_set1_epi32(xq[1]), w1, 1);
+                t0 = dot4(t0, _mm256_set1_epi32(xq[2]), w2, 1);
+                t1 = dot4(t1, _mm256_set1_epi32(xq[3]), w3, 1);
                 sum[r] = _mm256_add_epi32(sum[r], _mm256_mullo_epi32(_mm256_add_epi32(t0, t1), sc));
+            }
+        }
+        const __m256i correction = _mm256_loadu_si256((const __m256i *)(p + Q6_OFFSETS + 32 * half));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + Q6_D + 16 * half)));
+        for (int r = 0; r < R; r++) {
+            const __m256i dot = _mm256_sub_epi32(sum[r], correction);
+            const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(d[r * nb + b]));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * out_stride + 8 * half, acc[r]);
+}
+
+/* Q6_K without VNNI. VPMADDUBSW's int16 pair sums (x + 128 <= 255 times
+ * |w| <= 32: at most 16,320 in magnitude, so two of them add up in int16)
+ * go straight into VPMADDWD against the sub-block's scale as int16, which
+ * multiplies and widens in one instruction where VNNI's int32 sums need a
+ * VPMULLD: 10 instructions per sub-block and row instead of 14. */
+SS_INLINE SS_AVX2 void q6_K_tile_avx2(const uint8_t *gp, int64_t nb, int64_t cols, const uint8_t *q,
+                                      const float *d, const int R, int half, float *out,
+                                      int64_t out_stride) {
+    __m256 acc[TILE2];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = gp + b * Q6_BYTES;
+        __m256i sum[TILE2];
+        for (int r = 0; r < R; r++) sum[r] = _mm256_setzero_si256();
+        for (int j = 0; j < 16; j++) {
+            /* the 8 rows' scales, each twice: the int16 pair of a 32-bit lane */
+            const __m128i s8 = _mm_loadl_epi64((const __m128i *)(p + Q6_SCALES + 16 * j + 8 * half));
+            const __m256i sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s8, s8));
+            const uint8_t *pw = p + 64 * 4 * j + 32 * half;
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)pw);
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(pw + 64));
+            const __m256i w2 = _mm256_loadu_si256((const __m256i *)(pw + 128));
+            const __m256i w3 = _mm256_loadu_si256((const __m256i *)(pw + 192));
+            for (int r = 0; r < R; r++) {
+                const int32_t *xq = (const int32_t *)(q + r * cols + b * QK_K + 16 * j);
+                const __m256i t01 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(xq[0]), w0),
+                                                     _mm256_maddubs_epi16(_mm256_set1_epi32(xq[1]), w1));
+                const __m256i t23 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(xq[2]), w2),
+                                                     _mm256_maddubs_epi16(_mm256_set1_epi32(xq[3]), w3));
+                sum[r] = _mm256_add_epi32(sum[r], _mm256_add_epi32(_mm256_madd_epi16(t01, sc),
+                                                                   _mm256_madd_epi16(t23, sc)));
+                __asm__("" : "+x"(sum[r])); /* as in q8_0_tile_256 */
             }
         }
         const __m256i correction = _mm256_loadu_si256((const __m256i *)(p + Q6_OFFSETS + 32 * half));
@@ -535,9 +589,15 @@ SS_INLINE SS_AVX2 void group_256(const head_job *job, int64_t g, float *last, in
 #undef SS_CALL
             } else {
                 const uint8_t *q = (const uint8_t *)job->x.q + r0 * job->cols;
-#define SS_CALL(k) q6_K_tile_256(gp, job->nb, job->cols, q, d, k, half, out, stride, vnni)
-                switch (R) { SS_TILE_CASES_4(SS_CALL) }
+                if (vnni) {
+#define SS_CALL(k) q6_K_tile_256(gp, job->nb, job->cols, q, d, k, half, out, stride)
+                    switch (R) { SS_TILE_CASES_4(SS_CALL) }
 #undef SS_CALL
+                } else {
+#define SS_CALL(k) q6_K_tile_avx2(gp, job->nb, job->cols, q, d, k, half, out, stride)
+                    switch (R) { SS_TILE_CASES_4(SS_CALL) }
+#undef SS_CALL
+                }
             }
         }
         tile_done(job, g, r0, R, last);
@@ -557,9 +617,8 @@ static SS_AVX2 void group_q6_K_avxvnni(const head_job *job, int64_t g, float *la
     group_256(job, g, last, SS_Q6_K, 1);
 }
 
-static void run_groups(const head_job *job) {
-    float last[TILE * GROUP];
-    for (int64_t g = job->group_begin; g < job->group_end; g++) {
+static void run_groups(const head_job *job, int64_t begin, int64_t end, float *last) {
+    for (int64_t g = begin; g < end; g++) {
         if (job->stop && *job->stop) return; /* one byte read per 16 vocabulary rows */
         job->group(job, g, last);
     }
@@ -616,23 +675,29 @@ int ss_head_logits(int type, int isa, const void *packed, int64_t rows, int64_t 
     const int64_t groups = (rows + GROUP - 1) / GROUP;
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
-    if (threads > groups) threads = (int)groups;
-    head_job jobs[64];
-    for (int t = 0; t < threads; t++) {
-        jobs[t] = (head_job){
-            .packed = (const uint8_t *)packed,
-            .group_begin = groups * t / threads,
-            .group_end = groups * (t + 1) / threads,
-            .nb = nb, .cols = cols, .rows = rows, .n = n,
-            .x = {q, d, s}, .out = out, .stop = stop,
-            .group = kernels[type == SS_Q6_K][isa],
-        };
-    }
+    const head_job job = {
+        .packed = (const uint8_t *)packed,
+        .nb = nb, .cols = cols, .rows = rows, .n = n,
+        .x = {q, d, s}, .out = out, .stop = stop,
+        .group = kernels[type == SS_Q6_K][isa],
+    };
     /* OpenMP, as llama.cpp's CPU backend: its worker threads wait spinning for
      * a while after each decode, and a team of our own would have to share
-     * the cores with them; the same runtime hands this loop to those threads. */
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-    for (int t = 0; t < threads; t++) run_groups(&jobs[t]);
+     * the cores with them; the same runtime hands this loop to those threads.
+     * The groups are dealt in chunks, each to whichever thread is free: a
+     * thread the OS has preempted (another program, a laptop's slower core)
+     * leaves its share to the others instead of holding the pass up. */
+    const int64_t chunks = (groups + CHUNK - 1) / CHUNK;
+    if (threads > chunks) threads = (int)chunks;
+#pragma omp parallel num_threads(threads)
+    {
+        float last[TILE * GROUP];
+        /* nowait: the end of the parallel region is the one barrier (two cost
+         * a pass of one row a quarter more on this busy machine) */
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t c = 0; c < chunks; c++)
+            run_groups(&job, c * CHUNK, (c + 1) * CHUNK < groups ? (c + 1) * CHUNK : groups, last);
+    }
     return stop && *(const volatile char *)stop ? 1 : 0;
 #else
     (void)type; (void)isa; (void)packed; (void)rows; (void)cols; (void)x; (void)n; (void)out;
