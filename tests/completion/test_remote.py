@@ -17,7 +17,7 @@ from tests.completion.test_prewarm import wait_for
 from tests.helpers.fake_backends import Behaviour, FakeBackend
 
 from structspec.completion.documents import Range, TextChange
-from structspec.completion.remote import SILENT_REQUESTS, text_window
+from structspec.completion.remote import PREGENERATION_FACTOR, SILENT_REQUESTS, text_window
 from structspec.completion.service import CompletionRequest, CompletionService, Status
 from structspec.config import Settings
 
@@ -310,3 +310,81 @@ def test_switching_between_backend_and_local_model_needs_no_restart() -> None:
 
 def remote_name(server: FakeBackend) -> str:
     return f"llama-server /infill at {server.url}"
+
+
+# -- pre-generation: one longer request while the user reads ---------------------------
+
+LONG = "add(3, 4)\nz = add(5, 6)\n"
+
+
+async def shown_and_pregenerated(svc: CompletionService, server: FakeBackend) -> None:
+    """The first answer at ``END``, then its longer request in idle time, kept."""
+    first = await svc.complete(END)
+    assert first is not None and first.text == "add(3, 4)" and first.source == "model"
+    await wait_for(lambda: len(server.posts("/infill")) == 2)
+    asked, longer = server.posts("/infill")
+    assert asked.body["stop"] == ["\n"] and longer.body["stop"] == []
+    assert longer.body["n_predict"] == PREGENERATION_FACTOR * asked.body["n_predict"]
+    assert longer.body["input_prefix"] == asked.body["input_prefix"]
+    await wait_for(lambda: svc._sessions["u"].pending.continuation is not None)
+
+
+def test_typing_past_the_suggestion_is_answered_from_the_longer_request() -> None:
+    async def scenario() -> None:
+        with FakeBackend(Behaviour(answer=LONG)) as server:
+            svc, _, _ = service(server.url)
+            svc.open_document("u", "python", 1, TEXT)
+            await shown_and_pregenerated(svc, server)
+            # The whole suggestion typed: what follows it comes from the longer request.
+            svc.change_document("u", 2, [TextChange("add(3, 4)", Range(4, 4, 4, 4))])
+            at_end = await svc.complete(CompletionRequest("u", 4, 13))
+            assert at_end is not None and at_end.source == "cache"
+            assert at_end.text == "\nz = add(5, 6)"
+            # And on, past the line's end (Enter): the next line, no request either.
+            svc.change_document("u", 3, [TextChange("\n", Range(4, 13, 4, 13))])
+            next_line = await svc.complete(CompletionRequest("u", 5, 0))
+            assert next_line is not None and next_line.source == "cache"
+            assert next_line.text == "z = add(5, 6)"
+            assert len(server.posts("/infill")) == 2  # the answer and its longer request
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_edit_that_leaves_the_longer_answer_sends_a_request() -> None:
+    async def scenario() -> None:
+        with FakeBackend(Behaviour(answer=LONG)) as server:
+            svc, _, _ = service(server.url)
+            svc.open_document("u", "python", 1, TEXT)
+            await shown_and_pregenerated(svc, server)
+            svc.change_document("u", 2, [TextChange("-", Range(4, 4, 4, 4))])
+            got = await svc.complete(CompletionRequest("u", 4, 5))
+            assert got is not None and got.source == "model"
+            assert len(server.posts("/infill")) == 3
+            assert server.posts("/infill")[2].body["input_prefix"] == TEXT + "-"
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_keystroke_closes_the_longer_request_in_flight() -> None:
+    async def scenario() -> None:
+        with FakeBackend() as server:
+            svc, _, _ = service(server.url, max_generation_ms=600_000)
+            svc.open_document("u", "python", 1, TEXT)
+            first = await svc.complete(END)
+            assert first is not None and first.text == "add(3, 4)"
+            # The longer request's stream goes on until the client goes away.
+            server.behaviour.endless, server.behaviour.chunk_delay = True, 0.01
+            await wait_for(lambda: len(server.posts("/infill")) == 2)
+            longer = server.posts("/infill")[1]
+            await wait_for(lambda: longer.chunks > 0)
+            server.behaviour.endless, server.behaviour.chunk_delay = False, 0.0
+            svc.change_document("u", 2, [TextChange("-", Range(4, 4, 4, 4))])
+            got = await svc.complete(CompletionRequest("u", 4, 5))
+            assert got is not None and got.source == "model" and got.text == "add(3, 4)"
+            assert longer.body["stop"] == []
+            await wait_for(lambda: longer.closed)  # the server stops writing it
+            svc.close()
+
+    asyncio.run(scenario())

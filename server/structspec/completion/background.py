@@ -23,7 +23,9 @@ prefill chunks or two verification passes.
   line, a word) and going on is answered from what is written
   (``cache.PendingSuggestion.continuation_at``) without the model. A request
   that stops a pre-generation waits for it and keeps what it wrote
-  (``settle_pregeneration``).
+  (``settle_pregeneration``). Through a remote engine (``backend``) it is one
+  longer request at the suggestion's place (``remote.RemoteCompleter.pregenerate``),
+  its text the continuation; there is no pre-warm then.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
+from typing import Any
 
-from structspec.completion.cache import Extension, PendingSuggestion
+from structspec.completion.cache import Continuation, Extension, PendingSuggestion
 from structspec.completion.documents import Document, DocumentStore
 from structspec.completion.generate import (
     GENERATED_CONTEXT_TOKENS,
@@ -84,10 +88,8 @@ class Background:
         self._make_job = make_job
         self._timer: asyncio.Handle | None = None
         self._job: Job | None = None
-        #: The pre-generation on the worker: its future, session and the tokens it extends.
-        self._pregeneration: (
-            tuple[concurrent.futures.Future[Extension], Session, tuple[int, ...]] | None
-        ) = None
+        #: The pre-generation on the worker: its future, and what keeps its result (loop).
+        self._pregeneration: tuple[concurrent.futures.Future[Any], Callable[[], None]] | None = None
 
     # -- the loop's side ------------------------------------------------------
     def schedule_prewarm(self, uri: str, offset: int | None = None) -> None:
@@ -144,10 +146,10 @@ class Background:
         running, self._pregeneration = self._pregeneration, None
         if running is None:
             return
-        future, session, base = running
+        future, keep = running
         with contextlib.suppress(Exception):
             await asyncio.wrap_future(future)
-        self._pregenerated(session, base, future)
+        keep()
 
     def _idle(self) -> bool:
         """No request is queued or running (background work has the lowest priority)."""
@@ -155,12 +157,13 @@ class Background:
             self._status.busy or any(s.job is not None for s in self._sessions.values())
         )
 
-    def _session(self, uri: str) -> tuple[Document, Session] | None:
+    def _session(self, uri: str, remote: bool = False) -> tuple[Document, Session] | None:
+        """The document and session for background work; ``remote``: the work can be remote."""
         doc = self._documents.get(uri)
         if doc is None or not self._idle():
             return None
         settings = self._settings()
-        if settings.backend:  # no local model to pre-warm or pre-generate with
+        if settings.backend and not remote:  # no local model to pre-warm with
             return None
         languages = settings.languages
         if languages and doc.language not in languages:
@@ -185,25 +188,32 @@ class Background:
 
     def _start_pregeneration(self, uri: str) -> None:
         self._timer = None
-        found = self._session(uri)
+        found = self._session(uri, remote=True)
         if found is None:
             return
         doc, session = found
         pending = session.pending
-        if pending is None or pending.continuation is None:
+        settings, t0 = self._settings(), time.perf_counter()
+        remote = bool(settings.backend)
+        if pending is None or not (remote_wanted(pending) if remote else pending.continuation):
             self._warm_latest(uri)  # nothing to write past: warm instead
             return
-        base = pending.continuation.tokens
-        settings, t0 = self._settings(), time.perf_counter()
         job = self._make_job(session, uri, doc.text, pending.anchor, settings, t0)
         self._job = job
-        future = self._worker.submit(self._pregenerate, job, pending)
+        future: concurrent.futures.Future[Any] | None
+        if remote:
+            future = self._worker.submit(self._pregenerate_remotely, job)
+        else:
+            future = self._worker.submit(self._pregenerate, job, pending)
         if future is None:  # shut down
             return
-        self._pregeneration = (future, session, base)
-        future.add_done_callback(
-            lambda f: self._worker.call_soon(self._pregenerated, session, base, f)
-        )
+        if remote:
+            keep = partial(self._remotely_pregenerated, session, pending, future)
+        else:
+            assert pending.continuation is not None
+            keep = partial(self._pregenerated, session, pending.continuation.tokens, future)
+        self._pregeneration = (future, keep)
+        future.add_done_callback(lambda f: self._worker.call_soon(keep))
         future.add_done_callback(
             lambda f: self._worker.call_soon(self._pregeneration_ended, uri, job)
         )
@@ -234,6 +244,19 @@ class Background:
         session.pending = now.with_continuation(extended)
         if ext.tokens:
             session.remember(extended.tokens[-len(ext.tokens) - GENERATED_CONTEXT_TOKENS :])
+
+    def _remotely_pregenerated(
+        self,
+        session: Session,
+        pending: PendingSuggestion,
+        future: concurrent.futures.Future[Continuation | None],
+    ) -> None:
+        """Loop: what a remote pre-generation wrote becomes ``pending``'s continuation (once)."""
+        if not future.done() or future.cancelled() or future.exception():
+            return
+        cont = future.result()
+        if cont is not None and session.pending is pending:  # else the user moved on
+            session.pending = pending.with_continuation(cont)
 
     # -- worker thread ------------------------------------------------------
     def _prewarm(self, job: Job, elsewhere: tuple[int, ...]) -> None:
@@ -317,3 +340,24 @@ class Background:
             log.debug("pre-generation for %s failed", inputs.uri, exc_info=True)
             return Extension((), b"")
         return ext
+
+    def _pregenerate_remotely(self, job: Job) -> Continuation | None:
+        """Worker: the remote engine's longer answer at the job's place, until abandoned."""
+        remote = self._worker.host.remote_for(job.input.settings)
+        if job.cancelled() or self._worker.closed or remote is None:
+            return None
+        try:
+            return remote.pregenerate(job.input, cancelled=job.cancelled)
+        except Exception:  # a failed pre-generation costs nothing but its time
+            log.debug("pre-generation for %s failed", job.input.uri, exc_info=True)
+            return None
+
+
+def remote_wanted(pending: PendingSuggestion) -> bool:
+    """A remote pre-generation is worth a request at ``pending``'s place.
+
+    When nothing written past the suggestion is known yet, or what is known
+    has no complete line beyond it and the server had not ended it.
+    """
+    cont = pending.continuation
+    return cont is None or (not cont.ended and cont.lines_after(len(pending.text)) == 0)
