@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import threading
 from typing import Any
 
 import pytest
@@ -385,6 +386,34 @@ def test_a_keystroke_closes_the_longer_request_in_flight() -> None:
             assert got is not None and got.source == "model" and got.text == "add(3, 4)"
             assert longer.body["stop"] == []
             await wait_for(lambda: longer.closed)  # the server stops writing it
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_typing_through_the_suggestion_lets_the_longer_request_go_on() -> None:
+    async def scenario() -> None:
+        with FakeBackend(Behaviour(answer=LONG)) as server:
+            svc, _, _ = service(server.url)
+            svc.open_document("u", "python", 1, TEXT)
+            first = await svc.complete(END)
+            assert first is not None and first.text == "add(3, 4)"
+            gate = server.behaviour.gate = threading.Event()  # the longer one waits after a chunk
+            await wait_for(lambda: len(server.posts("/infill")) == 2)
+            longer = server.posts("/infill")[1]
+            await wait_for(lambda: longer.chunks > 0)
+            # A keystroke served by the suggestion on screen while it streams.
+            svc.change_document("u", 2, [TextChange("ad", Range(4, 4, 4, 4))])
+            typed = await svc.complete(CompletionRequest("u", 4, 6))
+            assert typed is not None and typed.source == "cache" and typed.text == "d(3, 4)"
+            gate.set()  # the rest of the longer answer: it was not stopped
+            await wait_for(lambda: svc._sessions["u"].pending.continuation is not None)
+            assert not longer.closed and svc._sessions["u"].pending.continuation.ended
+            svc.change_document("u", 3, [TextChange("d(3, 4)\n", Range(4, 6, 4, 6))])
+            next_line = await svc.complete(CompletionRequest("u", 5, 0))
+            assert next_line is not None and next_line.source == "cache"
+            assert next_line.text == "z = add(5, 6)"
+            assert len(server.posts("/infill")) == 2
             svc.close()
 
     asyncio.run(scenario())

@@ -46,6 +46,7 @@ class Behaviour:
     malformed: bool = False
     oversized: bool = False
     ignore_stream: bool = False  # answer one JSON body although "stream": true
+    gate: threading.Event | None = None  # streams wait for it after their first chunk
 
 
 @dataclass
@@ -140,6 +141,9 @@ def _handler(fake: FakeBackend) -> type[BaseHTTPRequestHandler]:
                     self.wfile.flush()
                     if self.seen is not None:
                         self.seen.chunks += 1
+                    gate = fake.behaviour.gate
+                    if gate is not None:
+                        gate.wait(timeout=60)
                     if fake.behaviour.chunk_delay:
                         time.sleep(fake.behaviour.chunk_delay)
                 self.wfile.write(b"0\r\n\r\n")

@@ -88,6 +88,8 @@ class Background:
         self._make_job = make_job
         self._timer: asyncio.Handle | None = None
         self._job: Job | None = None
+        #: The suggestion a remote pre-generation last started for (one each).
+        self._remote_tried: PendingSuggestion | None = None
         #: The pre-generation on the worker: its future, and what keeps its result (loop).
         self._pregeneration: tuple[concurrent.futures.Future[Any], Callable[[], None]] | None = None
 
@@ -98,8 +100,9 @@ class Background:
         loop = self._worker.loop
         if loop is None or loop.is_closed() or self._worker.closed:
             return
-        if not self._settings().prefix_reuse:
-            return
+        settings = self._settings()
+        if not settings.prefix_reuse or settings.backend:  # a remote engine: nothing to warm
+            return  # (and a remote pre-generation goes on until a request stops it)
         self.abandon()
         self._timer = loop.call_later(PREWARM_IDLE_S, self._start_prewarm, uri, offset)
 
@@ -127,6 +130,15 @@ class Background:
             return
         self.abandon()
         self._timer = loop.call_soon(self._start_pregeneration, uri)
+
+    def pregenerate_meanwhile(self, uri: str) -> None:
+        """A keystroke typed through the remote suggestion on screen: pre-generate if none ran.
+
+        One pre-generation per suggestion: a running one goes on, and one that
+        ended (kept or not) is not asked again.
+        """
+        if self._settings().backend and self._job is None and self._timer is None:
+            self.schedule_pregeneration(uri)
 
     def abandon(self) -> None:
         """A request or an edit came: stop any background job (between two steps of it)."""
@@ -195,13 +207,18 @@ class Background:
         pending = session.pending
         settings, t0 = self._settings(), time.perf_counter()
         remote = bool(settings.backend)
-        if pending is None or not (remote_wanted(pending) if remote else pending.continuation):
+        if remote:
+            wanted = remote_wanted(pending, self._remote_tried)
+        else:
+            wanted = pending is not None and pending.continuation is not None
+        if pending is None or not wanted:
             self._warm_latest(uri)  # nothing to write past: warm instead
             return
         job = self._make_job(session, uri, doc.text, pending.anchor, settings, t0)
         self._job = job
         future: concurrent.futures.Future[Any] | None
         if remote:
+            self._remote_tried = pending
             future = self._worker.submit(self._pregenerate_remotely, job)
         else:
             future = self._worker.submit(self._pregenerate, job, pending)
@@ -353,11 +370,14 @@ class Background:
             return None
 
 
-def remote_wanted(pending: PendingSuggestion) -> bool:
+def remote_wanted(pending: PendingSuggestion | None, tried: PendingSuggestion | None) -> bool:
     """A remote pre-generation is worth a request at ``pending``'s place.
 
-    When nothing written past the suggestion is known yet, or what is known
+    When none was started for it yet (``tried``: the last one started for),
+    and nothing written past the suggestion is known yet, or what is known
     has no complete line beyond it and the server had not ended it.
     """
+    if pending is None or pending is tried:
+        return False
     cont = pending.continuation
     return cont is None or (not cont.ended and cont.lines_after(len(pending.text)) == 0)
