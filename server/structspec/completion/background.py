@@ -24,8 +24,9 @@ prefill chunks or two verification passes.
   (``cache.PendingSuggestion.continuation_at``) without the model. A request
   that stops a pre-generation waits for it and keeps what it wrote
   (``settle_pregeneration``). Through a remote engine (``backend``) it is one
-  longer request at the suggestion's place (``remote.RemoteCompleter.pregenerate``),
-  its text the continuation; there is no pre-warm then.
+  longer request at the suggestion's place once the user paused for
+  ``PREWARM_IDLE_S`` (``remote.RemoteCompleter.pregenerate``), its text the
+  continuation; there is no pre-warm then.
 """
 
 from __future__ import annotations
@@ -123,13 +124,22 @@ class Background:
             self.schedule_prewarm(uri, latest)
 
     def schedule_pregeneration(self, uri: str) -> None:
-        """Continue the suggestion shown for ``uri`` as soon as the worker is free."""
+        """Continue the suggestion shown for ``uri`` as soon as the worker is free.
+
+        Through a remote engine, once the user paused for ``PREWARM_IDLE_S``:
+        a longer request a keystroke cancels is one more request for the
+        server, where the local model's pre-generation costs nothing the
+        next request waits for.
+        """
         self._worker.bind_loop()
         loop = self._worker.loop
         if loop is None or loop.is_closed() or self._worker.closed:
             return
         self.abandon()
-        self._timer = loop.call_soon(self._start_pregeneration, uri)
+        if self._settings().backend:
+            self._timer = loop.call_later(PREWARM_IDLE_S, self._start_pregeneration, uri)
+        else:
+            self._timer = loop.call_soon(self._start_pregeneration, uri)
 
     def pregenerate_meanwhile(self, uri: str) -> None:
         """A keystroke typed through the remote suggestion on screen: pre-generate if none ran.

@@ -29,7 +29,7 @@ same editor policy around a different source of text.
 - Clean-up is ``suggest.clean``; typing through the suggestion on screen
   needs no request (the service's pending suggestion).
 - Pre-generation (``RemoteCompleter.pregenerate``) is text, not tokens: once
-  a suggestion is shown and the worker is idle (``background``), one longer
+  a suggestion is shown and the user paused (``background``), one longer
   request at its place (``PREGENERATION_FACTOR`` times ``max_tokens``, no
   stop at the line's end) writes on past it. Its text becomes the pending
   suggestion's ``cache.Continuation`` (without tokens), so typing through the
