@@ -89,8 +89,8 @@ class Background:
         self._make_job = make_job
         self._timer: asyncio.Handle | None = None
         self._job: Job | None = None
-        #: The suggestion a remote pre-generation last started for (one each).
-        self._remote_tried: PendingSuggestion | None = None
+        #: The suggestion (id, anchor) a remote pre-generation last started for (one each).
+        self._remote_tried: tuple[str, int] | None = None
         #: The pre-generation on the worker: its future, and what keeps its result (loop).
         self._pregeneration: tuple[concurrent.futures.Future[Any], Callable[[], None]] | None = None
 
@@ -228,7 +228,7 @@ class Background:
         self._job = job
         future: concurrent.futures.Future[Any] | None
         if remote:
-            self._remote_tried = pending
+            self._remote_tried = (pending.id, pending.anchor)
             future = self._worker.submit(self._pregenerate_remotely, job)
         else:
             future = self._worker.submit(self._pregenerate, job, pending)
@@ -380,14 +380,16 @@ class Background:
             return None
 
 
-def remote_wanted(pending: PendingSuggestion | None, tried: PendingSuggestion | None) -> bool:
+def remote_wanted(pending: PendingSuggestion | None, tried: tuple[str, int] | None) -> bool:
     """A remote pre-generation is worth a request at ``pending``'s place.
 
-    When none was started for it yet (``tried``: the last one started for),
-    and nothing written past the suggestion is known yet, or what is known
-    has no complete line beyond it and the server had not ended it.
+    When none was started for that suggestion yet (``tried``: the id and
+    anchor of the last one started for; its continuation, once kept, makes
+    another ``PendingSuggestion``), and nothing written past the suggestion is
+    known yet, or what is known has no complete line beyond it and the
+    server had not ended it.
     """
-    if pending is None or pending is tried:
+    if pending is None or (pending.id, pending.anchor) == tried:
         return False
     cont = pending.continuation
     return cont is None or (not cont.ended and cont.lines_after(len(pending.text)) == 0)
