@@ -417,3 +417,23 @@ def test_typing_through_the_suggestion_lets_the_longer_request_go_on() -> None:
             svc.close()
 
     asyncio.run(scenario())
+
+
+def test_the_longer_request_backs_up_over_the_partial_word_too() -> None:
+    async def scenario() -> None:
+        text = "def f(a, b):\n    ret"
+        with FakeBackend(Behaviour(answer="return a + b\n    x = 1\n")) as server:
+            svc, _, _ = service(server.url)
+            svc.open_document("u", "python", 1, text)
+            first = await svc.complete(CompletionRequest("u", 1, 7))
+            assert first is not None and first.text == "urn a + b"
+            await wait_for(lambda: len(server.posts("/infill")) == 2)
+            assert server.posts("/infill")[1].body["input_prefix"] == "def f(a, b):\n    "
+            await wait_for(lambda: svc._sessions["u"].pending.continuation is not None)
+            svc.change_document("u", 2, [TextChange("urn a + b", Range(1, 7, 1, 7))])
+            after = await svc.complete(CompletionRequest("u", 1, 16))
+            assert after is not None and after.source == "cache" and after.text == "\n    x = 1"
+            assert len(server.posts("/infill")) == 2
+            svc.close()
+
+    asyncio.run(scenario())
