@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import threading
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from tests.completion.test_prewarm import wait_for
 from tests.helpers.fake_backends import Behaviour, FakeBackend
 
 from structspec.completion.documents import Range, TextChange
-from structspec.completion.remote import SILENT_REQUESTS, text_window
+from structspec.completion.remote import PREGENERATION_FACTOR, SILENT_REQUESTS, text_window
 from structspec.completion.service import CompletionRequest, CompletionService, Status
 from structspec.config import Settings
 
@@ -310,3 +311,129 @@ def test_switching_between_backend_and_local_model_needs_no_restart() -> None:
 
 def remote_name(server: FakeBackend) -> str:
     return f"llama-server /infill at {server.url}"
+
+
+# -- pre-generation: one longer request while the user reads ---------------------------
+
+LONG = "add(3, 4)\nz = add(5, 6)\n"
+
+
+async def shown_and_pregenerated(svc: CompletionService, server: FakeBackend) -> None:
+    """The first answer at ``END``, then its longer request in idle time, kept."""
+    first = await svc.complete(END)
+    assert first is not None and first.text == "add(3, 4)" and first.source == "model"
+    await wait_for(lambda: len(server.posts("/infill")) == 2)
+    asked, longer = server.posts("/infill")
+    assert asked.body["stop"] == ["\n"] and longer.body["stop"] == []
+    assert longer.body["n_predict"] == PREGENERATION_FACTOR * asked.body["n_predict"]
+    assert longer.body["input_prefix"] == asked.body["input_prefix"]
+    await wait_for(lambda: svc._sessions["u"].pending.continuation is not None)
+
+
+def test_typing_past_the_suggestion_is_answered_from_the_longer_request() -> None:
+    async def scenario() -> None:
+        with FakeBackend(Behaviour(answer=LONG)) as server:
+            svc, _, _ = service(server.url)
+            svc.open_document("u", "python", 1, TEXT)
+            await shown_and_pregenerated(svc, server)
+            # The whole suggestion typed: what follows it comes from the longer request.
+            svc.change_document("u", 2, [TextChange("add(3, 4)", Range(4, 4, 4, 4))])
+            at_end = await svc.complete(CompletionRequest("u", 4, 13))
+            assert at_end is not None and at_end.source == "cache"
+            assert at_end.text == "\nz = add(5, 6)"
+            # And on, past the line's end (Enter): the next line, no request either.
+            svc.change_document("u", 3, [TextChange("\n", Range(4, 13, 4, 13))])
+            next_line = await svc.complete(CompletionRequest("u", 5, 0))
+            assert next_line is not None and next_line.source == "cache"
+            assert next_line.text == "z = add(5, 6)"
+            assert len(server.posts("/infill")) == 2  # the answer and its longer request
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_edit_that_leaves_the_longer_answer_sends_a_request() -> None:
+    async def scenario() -> None:
+        with FakeBackend(Behaviour(answer=LONG)) as server:
+            svc, _, _ = service(server.url)
+            svc.open_document("u", "python", 1, TEXT)
+            await shown_and_pregenerated(svc, server)
+            svc.change_document("u", 2, [TextChange("-", Range(4, 4, 4, 4))])
+            got = await svc.complete(CompletionRequest("u", 4, 5))
+            assert got is not None and got.source == "model"
+            assert len(server.posts("/infill")) == 3
+            assert server.posts("/infill")[2].body["input_prefix"] == TEXT + "-"
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_keystroke_closes_the_longer_request_in_flight() -> None:
+    async def scenario() -> None:
+        with FakeBackend() as server:
+            svc, _, _ = service(server.url, max_generation_ms=600_000)
+            svc.open_document("u", "python", 1, TEXT)
+            first = await svc.complete(END)
+            assert first is not None and first.text == "add(3, 4)"
+            # The longer request's stream goes on until the client goes away.
+            server.behaviour.endless, server.behaviour.chunk_delay = True, 0.01
+            await wait_for(lambda: len(server.posts("/infill")) == 2)
+            longer = server.posts("/infill")[1]
+            await wait_for(lambda: longer.chunks > 0)
+            server.behaviour.endless, server.behaviour.chunk_delay = False, 0.0
+            svc.change_document("u", 2, [TextChange("-", Range(4, 4, 4, 4))])
+            got = await svc.complete(CompletionRequest("u", 4, 5))
+            assert got is not None and got.source == "model" and got.text == "add(3, 4)"
+            assert longer.body["stop"] == []
+            await wait_for(lambda: longer.closed)  # the server stops writing it
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_typing_through_the_suggestion_lets_the_longer_request_go_on() -> None:
+    async def scenario() -> None:
+        with FakeBackend(Behaviour(answer=LONG)) as server:
+            svc, _, _ = service(server.url)
+            svc.open_document("u", "python", 1, TEXT)
+            first = await svc.complete(END)
+            assert first is not None and first.text == "add(3, 4)"
+            gate = server.behaviour.gate = threading.Event()  # the longer one waits after a chunk
+            await wait_for(lambda: len(server.posts("/infill")) == 2)
+            longer = server.posts("/infill")[1]
+            await wait_for(lambda: longer.chunks > 0)
+            # A keystroke served by the suggestion on screen while it streams.
+            svc.change_document("u", 2, [TextChange("ad", Range(4, 4, 4, 4))])
+            typed = await svc.complete(CompletionRequest("u", 4, 6))
+            assert typed is not None and typed.source == "cache" and typed.text == "d(3, 4)"
+            gate.set()  # the rest of the longer answer: it was not stopped
+            await wait_for(lambda: svc._sessions["u"].pending.continuation is not None)
+            assert not longer.closed and svc._sessions["u"].pending.continuation.ended
+            svc.change_document("u", 3, [TextChange("d(3, 4)\n", Range(4, 6, 4, 6))])
+            next_line = await svc.complete(CompletionRequest("u", 5, 0))
+            assert next_line is not None and next_line.source == "cache"
+            assert next_line.text == "z = add(5, 6)"
+            assert len(server.posts("/infill")) == 2
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_longer_request_backs_up_over_the_partial_word_too() -> None:
+    async def scenario() -> None:
+        text = "def f(a, b):\n    ret"
+        with FakeBackend(Behaviour(answer="return a + b\n    x = 1\n")) as server:
+            svc, _, _ = service(server.url)
+            svc.open_document("u", "python", 1, text)
+            first = await svc.complete(CompletionRequest("u", 1, 7))
+            assert first is not None and first.text == "urn a + b"
+            await wait_for(lambda: len(server.posts("/infill")) == 2)
+            assert server.posts("/infill")[1].body["input_prefix"] == "def f(a, b):\n    "
+            await wait_for(lambda: svc._sessions["u"].pending.continuation is not None)
+            svc.change_document("u", 2, [TextChange("urn a + b", Range(1, 7, 1, 7))])
+            after = await svc.complete(CompletionRequest("u", 1, 16))
+            assert after is not None and after.source == "cache" and after.text == "\n    x = 1"
+            assert len(server.posts("/infill")) == 2
+            svc.close()
+
+    asyncio.run(scenario())

@@ -7,10 +7,11 @@ streaming formats (SSE ``data:`` lines with ``{"content", "stop"}`` for
 llama-server, ``choices[0].text`` and ``data: [DONE]`` for OpenAI, NDJSON
 ``{"response", "done"}`` for Ollama) and the same error bodies. ``endpoints``
 says which of them this server has; the others answer 404 like the real
-server would. It records each request and whether a client closed a stream
-before its end (``closed``). With ``log`` set, its llama-server streams write
-the lines llama-server's own log has for them: a task started, cancelled on a
-closed connection, or its timings at the end.
+server would. It records each request (``Seen``: its body, how many chunks of
+its stream were written, whether the client closed it before its end) and
+whether any stream was closed early (``closed``). With ``log`` set, its
+llama-server streams write the lines llama-server's own log has for them: a
+task started, cancelled on a closed connection, or its timings at the end.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Behaviour:
     malformed: bool = False
     oversized: bool = False
     ignore_stream: bool = False  # answer one JSON body although "stream": true
+    gate: threading.Event | None = None  # streams wait for it after their first chunk
 
 
 @dataclass
@@ -52,6 +54,8 @@ class Seen:
     path: str
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    closed: bool = False  # the client closed its stream before the end
+    chunks: int = 0  # chunks of its stream written so far
 
 
 class FakeBackend:
@@ -122,6 +126,8 @@ def _handler(fake: FakeBackend) -> type[BaseHTTPRequestHandler]:
             else:  # vLLM (FastAPI)
                 self._json(404, {"detail": "Not Found"})
 
+        seen: Seen | None = None  # the request being answered
+
         def _stream(self, kind: str, pieces: Iterator[bytes], *, task: bool = False) -> None:
             """Write ``pieces`` chunked; ``task``: log it as a llama-server task."""
             n = fake.task_started() if task else None
@@ -133,6 +139,11 @@ def _handler(fake: FakeBackend) -> type[BaseHTTPRequestHandler]:
                 for piece in pieces:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                     self.wfile.flush()
+                    if self.seen is not None:
+                        self.seen.chunks += 1
+                    gate = fake.behaviour.gate
+                    if gate is not None:
+                        gate.wait(timeout=60)
                     if fake.behaviour.chunk_delay:
                         time.sleep(fake.behaviour.chunk_delay)
                 self.wfile.write(b"0\r\n\r\n")
@@ -144,6 +155,8 @@ def _handler(fake: FakeBackend) -> type[BaseHTTPRequestHandler]:
                         "    4 tokens (    2.50 ms per token,   400.00 tokens per second)"
                     )
             except (BrokenPipeError, ConnectionResetError):
+                if self.seen is not None:
+                    self.seen.closed = True
                 fake.closed.set()
                 if n is not None:
                     fake.log_line(f"srv          stop: cancel task, id_task = {n}")
@@ -184,7 +197,8 @@ def _handler(fake: FakeBackend) -> type[BaseHTTPRequestHandler]:
             b = fake.behaviour
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length) or b"{}")
-            fake.requests.append(Seen(self.path, body, dict(self.headers)))
+            self.seen = Seen(self.path, body, dict(self.headers))
+            fake.requests.append(self.seen)
             route = {
                 "/infill": "infill",
                 "/completion": "completion",

@@ -23,7 +23,10 @@ prefill chunks or two verification passes.
   line, a word) and going on is answered from what is written
   (``cache.PendingSuggestion.continuation_at``) without the model. A request
   that stops a pre-generation waits for it and keeps what it wrote
-  (``settle_pregeneration``).
+  (``settle_pregeneration``). Through a remote engine (``backend``) it is one
+  longer request at the suggestion's place once the user paused for
+  ``PREWARM_IDLE_S`` (``remote.RemoteCompleter.pregenerate``), its text the
+  continuation; there is no pre-warm then.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
+from typing import Any
 
-from structspec.completion.cache import Extension, PendingSuggestion
+from structspec.completion.cache import Continuation, Extension, PendingSuggestion
 from structspec.completion.documents import Document, DocumentStore
 from structspec.completion.generate import (
     GENERATED_CONTEXT_TOKENS,
@@ -84,10 +89,10 @@ class Background:
         self._make_job = make_job
         self._timer: asyncio.Handle | None = None
         self._job: Job | None = None
-        #: The pre-generation on the worker: its future, session and the tokens it extends.
-        self._pregeneration: (
-            tuple[concurrent.futures.Future[Extension], Session, tuple[int, ...]] | None
-        ) = None
+        #: The suggestion (id, anchor) a remote pre-generation last started for (one each).
+        self._remote_tried: tuple[str, int] | None = None
+        #: The pre-generation on the worker: its future, and what keeps its result (loop).
+        self._pregeneration: tuple[concurrent.futures.Future[Any], Callable[[], None]] | None = None
 
     # -- the loop's side ------------------------------------------------------
     def schedule_prewarm(self, uri: str, offset: int | None = None) -> None:
@@ -96,8 +101,9 @@ class Background:
         loop = self._worker.loop
         if loop is None or loop.is_closed() or self._worker.closed:
             return
-        if not self._settings().prefix_reuse:
-            return
+        settings = self._settings()
+        if not settings.prefix_reuse or settings.backend:  # a remote engine: nothing to warm
+            return  # (and a remote pre-generation goes on until a request stops it)
         self.abandon()
         self._timer = loop.call_later(PREWARM_IDLE_S, self._start_prewarm, uri, offset)
 
@@ -118,13 +124,31 @@ class Background:
             self.schedule_prewarm(uri, latest)
 
     def schedule_pregeneration(self, uri: str) -> None:
-        """Continue the suggestion shown for ``uri`` as soon as the worker is free."""
+        """Continue the suggestion shown for ``uri`` as soon as the worker is free.
+
+        Through a remote engine, once the user paused for ``PREWARM_IDLE_S``:
+        a longer request a keystroke cancels is one more request for the
+        server, where the local model's pre-generation costs nothing the
+        next request waits for.
+        """
         self._worker.bind_loop()
         loop = self._worker.loop
         if loop is None or loop.is_closed() or self._worker.closed:
             return
         self.abandon()
-        self._timer = loop.call_soon(self._start_pregeneration, uri)
+        if self._settings().backend:
+            self._timer = loop.call_later(PREWARM_IDLE_S, self._start_pregeneration, uri)
+        else:
+            self._timer = loop.call_soon(self._start_pregeneration, uri)
+
+    def pregenerate_meanwhile(self, uri: str) -> None:
+        """A keystroke typed through the remote suggestion on screen: pre-generate if none ran.
+
+        One pre-generation per suggestion: a running one goes on, and one that
+        ended (kept or not) is not asked again.
+        """
+        if self._settings().backend and self._job is None and self._timer is None:
+            self.schedule_pregeneration(uri)
 
     def abandon(self) -> None:
         """A request or an edit came: stop any background job (between two steps of it)."""
@@ -144,10 +168,10 @@ class Background:
         running, self._pregeneration = self._pregeneration, None
         if running is None:
             return
-        future, session, base = running
+        future, keep = running
         with contextlib.suppress(Exception):
             await asyncio.wrap_future(future)
-        self._pregenerated(session, base, future)
+        keep()
 
     def _idle(self) -> bool:
         """No request is queued or running (background work has the lowest priority)."""
@@ -155,12 +179,13 @@ class Background:
             self._status.busy or any(s.job is not None for s in self._sessions.values())
         )
 
-    def _session(self, uri: str) -> tuple[Document, Session] | None:
+    def _session(self, uri: str, remote: bool = False) -> tuple[Document, Session] | None:
+        """The document and session for background work; ``remote``: the work can be remote."""
         doc = self._documents.get(uri)
         if doc is None or not self._idle():
             return None
         settings = self._settings()
-        if settings.backend:  # no local model to pre-warm or pre-generate with
+        if settings.backend and not remote:  # no local model to pre-warm with
             return None
         languages = settings.languages
         if languages and doc.language not in languages:
@@ -185,25 +210,37 @@ class Background:
 
     def _start_pregeneration(self, uri: str) -> None:
         self._timer = None
-        found = self._session(uri)
+        found = self._session(uri, remote=True)
         if found is None:
             return
         doc, session = found
         pending = session.pending
-        if pending is None or pending.continuation is None:
+        settings, t0 = self._settings(), time.perf_counter()
+        remote = bool(settings.backend)
+        if remote:
+            wanted = remote_wanted(pending, self._remote_tried)
+        else:
+            wanted = pending is not None and pending.continuation is not None
+        if pending is None or not wanted:
             self._warm_latest(uri)  # nothing to write past: warm instead
             return
-        base = pending.continuation.tokens
-        settings, t0 = self._settings(), time.perf_counter()
         job = self._make_job(session, uri, doc.text, pending.anchor, settings, t0)
         self._job = job
-        future = self._worker.submit(self._pregenerate, job, pending)
+        future: concurrent.futures.Future[Any] | None
+        if remote:
+            self._remote_tried = (pending.id, pending.anchor)
+            future = self._worker.submit(self._pregenerate_remotely, job)
+        else:
+            future = self._worker.submit(self._pregenerate, job, pending)
         if future is None:  # shut down
             return
-        self._pregeneration = (future, session, base)
-        future.add_done_callback(
-            lambda f: self._worker.call_soon(self._pregenerated, session, base, f)
-        )
+        if remote:
+            keep = partial(self._remotely_pregenerated, session, pending, future)
+        else:
+            assert pending.continuation is not None
+            keep = partial(self._pregenerated, session, pending.continuation.tokens, future)
+        self._pregeneration = (future, keep)
+        future.add_done_callback(lambda f: self._worker.call_soon(keep))
         future.add_done_callback(
             lambda f: self._worker.call_soon(self._pregeneration_ended, uri, job)
         )
@@ -234,6 +271,19 @@ class Background:
         session.pending = now.with_continuation(extended)
         if ext.tokens:
             session.remember(extended.tokens[-len(ext.tokens) - GENERATED_CONTEXT_TOKENS :])
+
+    def _remotely_pregenerated(
+        self,
+        session: Session,
+        pending: PendingSuggestion,
+        future: concurrent.futures.Future[Continuation | None],
+    ) -> None:
+        """Loop: what a remote pre-generation wrote becomes ``pending``'s continuation (once)."""
+        if not future.done() or future.cancelled() or future.exception():
+            return
+        cont = future.result()
+        if cont is not None and session.pending is pending:  # else the user moved on
+            session.pending = pending.with_continuation(cont)
 
     # -- worker thread ------------------------------------------------------
     def _prewarm(self, job: Job, elsewhere: tuple[int, ...]) -> None:
@@ -317,3 +367,29 @@ class Background:
             log.debug("pre-generation for %s failed", inputs.uri, exc_info=True)
             return Extension((), b"")
         return ext
+
+    def _pregenerate_remotely(self, job: Job) -> Continuation | None:
+        """Worker: the remote engine's longer answer at the job's place, until abandoned."""
+        remote = self._worker.host.remote_for(job.input.settings)
+        if job.cancelled() or self._worker.closed or remote is None:
+            return None
+        try:
+            return remote.pregenerate(job.input, cancelled=job.cancelled)
+        except Exception:  # a failed pre-generation costs nothing but its time
+            log.debug("pre-generation for %s failed", job.input.uri, exc_info=True)
+            return None
+
+
+def remote_wanted(pending: PendingSuggestion | None, tried: tuple[str, int] | None) -> bool:
+    """A remote pre-generation is worth a request at ``pending``'s place.
+
+    When none was started for that suggestion yet (``tried``: the id and
+    anchor of the last one started for; its continuation, once kept, makes
+    another ``PendingSuggestion``), and nothing written past the suggestion is
+    known yet, or what is known has no complete line beyond it and the
+    server had not ended it.
+    """
+    if pending is None or (pending.id, pending.anchor) == tried:
+        return False
+    cont = pending.continuation
+    return cont is None or (not cont.ended and cont.lines_after(len(pending.text)) == 0)

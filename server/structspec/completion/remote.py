@@ -27,8 +27,17 @@ same editor policy around a different source of text.
   that word first is kept, without it: the model chooses the whole word from
   its start, and one that writes another word gives no suggestion.
 - Clean-up is ``suggest.clean``; typing through the suggestion on screen
-  needs no request (the service's pending suggestion). There is no
-  pre-generation: the outcome has no token continuation.
+  needs no request (the service's pending suggestion).
+- Pre-generation (``RemoteCompleter.pregenerate``) is text, not tokens: once
+  a suggestion is shown and the user paused (``background``), one longer
+  request at its place (``PREGENERATION_FACTOR`` times ``max_tokens``, no
+  stop at the line's end) writes on past it. Its text becomes the pending
+  suggestion's ``cache.Continuation`` (without tokens), so typing through the
+  suggestion and on past its end is answered from it by the same code as the
+  local engine's (``cache.PendingSuggestion.continuation_at``,
+  ``suggest.continuation_answer``: the same line/block policy) without a
+  request; an edit that leaves it drops it. A keystroke closes its stream
+  and keeps what had arrived.
 
 ``RemoteCompleter`` holds the client of one ``backend`` setting and tells the
 user about it once: its name and notes (a protocol fallback) through
@@ -41,6 +50,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from structspec.backends.client import (
     BackendError,
@@ -48,6 +58,7 @@ from structspec.backends.client import (
     RemoteBackend,
     RemoteRequest,
 )
+from structspec.completion.cache import Continuation
 from structspec.completion.generate import (
     CompletionInput,
     Outcome,
@@ -71,6 +82,9 @@ HARD_CUT_FACTOR = 2.0
 SILENT_REQUESTS = 3
 #: Other documents sent as project context, most recently used first.
 CONTEXT_DOCUMENTS = 4
+#: A pre-generation asks for this many times ``max_tokens``, and may write this
+#: many times as long as a request.
+PREGENERATION_FACTOR = 4
 
 RemoteKey = tuple[str, ...]
 
@@ -124,6 +138,17 @@ def request_for(job: CompletionInput) -> tuple[RemoteRequest, str]:
         extra = tuple((file_name(o.uri), o.text[:limit]) for o in others)
     stop = ("\n",) if job.cursor.mode == LINE else ()
     return RemoteRequest(prefix, suffix, settings.max_tokens, stop, job.uri, extra), heal
+
+
+def unheal(healing: str, piece: str) -> tuple[str, str] | None:
+    """``(healing, piece)`` less what ``piece`` wrote of the word still to come.
+
+    ``None`` when ``piece`` writes another word than ``healing``.
+    """
+    written = min(len(healing), len(piece))
+    if piece[:written] != healing[:written]:
+        return None
+    return healing[written:], piece[written:]
 
 
 class RemoteCompleter:
@@ -206,11 +231,11 @@ class RemoteCompleter:
                     first = clock()
                 chunks += 1
                 if healing:
-                    written = min(len(healing), len(piece))
-                    if piece[:written] != healing[:written]:
+                    rest = unheal(healing, piece)
+                    if rest is None:
                         cut = "healing"  # another word than the one being typed
                         break
-                    healing, piece = healing[written:], piece[written:]
+                    healing, piece = rest
                     if not piece:
                         continue
                 before = len(text)
@@ -268,6 +293,64 @@ class RemoteCompleter:
         if cleaned is None:
             return Outcome(stats=stats, empty=why_empty(text, "", early or bool(cut)))
         return Outcome(cleaned, stats)
+
+    def pregenerate(
+        self,
+        job: CompletionInput,
+        *,
+        cancelled: Callable[[], bool] = lambda: False,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> Continuation | None:
+        """What the server writes from ``job``'s cursor, asked for at length, in idle time.
+
+        The text as written (the healed word left out), cut only at a loop,
+        by ``cancelled`` (what arrived is kept) or by ``PREGENERATION_FACTOR``
+        times the budgets; ``ended`` when the server ended it. ``None`` when
+        it wrote nothing usable, wrote another word than the one being typed,
+        or failed (a failure is the next request's to report).
+        """
+        settings = job.settings
+        request, healing = request_for(job)
+        request = replace(request, max_tokens=settings.max_tokens * PREGENERATION_FACTOR, stop=())
+        started = clock()
+        first_by = started + PREGENERATION_FACTOR * settings.max_latency_ms / 1000.0
+        budget = PREGENERATION_FACTOR * HARD_CUT_FACTOR * settings.max_generation_ms / 1000.0
+        first: float | None = None
+        cut = False
+
+        def stop() -> bool:
+            nonlocal cut
+            now = clock()
+            cut = now > (first_by if first is None else first + budget)
+            return cancelled() or cut
+
+        text, ended = "", False
+        stream = self.backend.stream(request, stop)
+        try:
+            for piece in stream:
+                if first is None:
+                    first = clock()
+                if healing:
+                    rest = unheal(healing, piece)
+                    if rest is None:
+                        return None
+                    healing, piece = rest
+                text += piece
+                loop = loop_start(text)
+                if loop is not None:  # what follows a loop is not worth keeping
+                    return Continuation(text[:loop], (), ended=True) if loop else None
+                if stop():  # a server that writes faster than POLL_S is cut here
+                    break
+            else:
+                ended = not cancelled() and not cut
+        except BackendError as exc:
+            log.debug("pre-generation through %s failed: %s", self.backend.base, exc)
+            return None
+        finally:
+            stream.close()  # type: ignore[attr-defined]
+        if healing or not text:
+            return None
+        return Continuation(text, (), ended=ended)
 
     def _count_silence(self, silent: bool, settings: Settings) -> None:
         """Warn once when ``SILENT_REQUESTS`` requests in a row got no text in time."""

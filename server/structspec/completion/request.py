@@ -17,7 +17,9 @@ A request goes, first match wins:
    recorded as the document's pending suggestion and pre-generation starts.
 
 Every request first abandons background work and keeps what a stopped
-pre-generation wrote (``background``). A cancelled request stops its job,
+pre-generation wrote (``background``), except one that types through the
+suggestion on screen from a remote engine: the longer request writing past
+it goes on (``remote``). A cancelled request stops its job,
 ``jobs.ADOPT_GRACE_S`` after its last request left.
 
 A request answered with nothing has a reason (``types.EmptyReason``): it is
@@ -80,8 +82,9 @@ class RequestFlow:
     async def complete(self, request: CompletionRequest) -> Suggestion | None:
         """A suggestion at the request's cursor, or ``None`` (``CompletionService.complete``)."""
         t0 = time.perf_counter()
-        self._background.abandon()
-        await self._background.settle_pregeneration()
+        if not self._types_through_remotely(request):
+            self._background.abandon()
+            await self._background.settle_pregeneration()
         stats = self._stats
         stats.requests += 1
         doc = self._documents.get(request.uri)
@@ -134,6 +137,21 @@ class RequestFlow:
             session.job, session.task = job, task
         assert job is not None and task is not None
         return await self._answer(request, job, task, doc, text, offset, ctx, t0)
+
+    def _types_through_remotely(self, request: CompletionRequest) -> bool:
+        """The request types through the suggestion on screen, from a remote engine.
+
+        It needs neither the worker nor the server, so a remote pre-generation
+        writing past that suggestion goes on (``background``).
+        """
+        doc = self._documents.get(request.uri)
+        session = self._sessions.get(request.uri)
+        if not self._settings().backend or doc is None or session is None:
+            return False
+        if session.pending is None or session.job is not None:
+            return False
+        offset = doc.offset_at(request.line, request.character, self._documents.encoding)
+        return session.pending.rest_at(doc.text, offset) is not None
 
     async def _answer(
         self,
@@ -221,6 +239,7 @@ class RequestFlow:
         latency = (time.perf_counter() - t0) * 1000.0
         self._stats.record_latency(latency)
         if rest is not None:  # typing through the suggestion on screen
+            self._background.pregenerate_meanwhile(doc.uri)
             return True, self._suggestion(
                 pending.id, doc, text, offset, ctx, rest, "cache", latency, None
             )
