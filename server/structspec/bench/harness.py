@@ -51,6 +51,10 @@ ABLATION_PREFIX = "structspec:"
 LLAMA_SERVER_MODE = "llama-server"
 
 
+#: ``structspec serve`` over HTTP, in a subprocess (``bench/structspec_serve.py``).
+SERVE_MODE = "serve"
+
+
 def is_llama_server_mode(mode: str) -> bool:
     return mode == LLAMA_SERVER_MODE or mode.startswith(LLAMA_SERVER_MODE + ":")
 
@@ -68,10 +72,17 @@ def ablation_sources(mode: str) -> tuple[str, ...] | None:
 
 
 def comparison_bases(modes: Sequence[str]) -> list[str]:
-    """Modes every other mode's speed is compared with: greedy, the ablations and the
-    other programs (pld, llama-server)."""
+    """Modes every other mode's speed is compared with: greedy, the ablations, the
+    other programs (pld, llama-server) and, when ``serve`` runs, the in-process
+    ``structspec`` (what the serve path costs)."""
+    serve = SERVE_MODE in modes
     return [
-        m for m in modes if m == "greedy" or ablation_sources(m) is not None or is_external_mode(m)
+        m
+        for m in modes
+        if m == "greedy"
+        or ablation_sources(m) is not None
+        or is_external_mode(m)
+        or (serve and m == "structspec")
     ]
 
 
@@ -350,6 +361,9 @@ def summarize(
     med_tps: dict[tuple[str, str], float] = {
         k: statistics.median(r.decode_tps for r in v) for k, v in by.items()
     }
+    med_e2e: dict[tuple[str, str], float] = {
+        k: statistics.median(r.e2e_tps for r in v) for k, v in by.items()
+    }
     for mode in modes:
         rs = [r for r in runs if r.mode == mode]
         drafted = sum(r.drafted for r in rs)
@@ -389,6 +403,13 @@ def summarize(
             ]
             m[f"ratio_vs_{base}"] = spread(ratios)
             m[f"ratios_vs_{base}"] = ratios
+            m[f"e2e_ratio_vs_{base}"] = spread(
+                [
+                    med_e2e[(p, mode)] / med_e2e[(p, base)]
+                    for p in prompt_ids
+                    if med_e2e.get((p, base)) and (p, mode) in med_e2e
+                ]
+            )
             per_repeat: list[float] = []
             for rep in sorted({r.repeat for r in rs}):
                 tps = _aggregate_tps([r for r in rs if r.repeat == rep])

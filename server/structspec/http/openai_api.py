@@ -337,6 +337,7 @@ def extension(
         "tokens_per_pass": round(stats.tokens_per_pass, 3),
         "reused_prompt_tokens": stats.reused_tokens,
         "prefill_ms": round(stats.prefill_ms, 2),
+        "draft_ms": round(stats.draft_ms, 2),
         "decode_ms": round(stats.decode_ms, 2),
         "stop_reason": stats.stop_reason,
         "warnings": warnings,
