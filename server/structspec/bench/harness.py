@@ -106,6 +106,9 @@ class Run:
     accepted: int = 0
     sources: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> drafted, accepted
     trace: list[PassTrace] = field(default_factory=list)
+    #: The engine's own prefill, drafting and verification time (the engine's
+    #: modes and ``serve``; ``None``: another program's).
+    engine_seconds: float | None = None
 
     @property
     def decode_tps(self) -> float:
@@ -164,6 +167,7 @@ def run_engine(
         accepted=s.accepted,
         sources={k: (v.drafted, v.accepted) for k, v in s.by_source().items()},
         trace=s.trace,
+        engine_seconds=(s.prefill_ms + s.draft_ms + s.decode_ms) / 1000.0,
     )
 
 
@@ -378,6 +382,9 @@ def summarize(
             "accepted": accepted,
             "acceptance": accepted / drafted if drafted else None,
         }
+        outside = [r.seconds - r.engine_seconds for r in rs if r.engine_seconds is not None]
+        if outside:  # the request's time around the engine's work (bookkeeping, HTTP)
+            m["outside_engine_ms"] = 1000.0 * statistics.median(outside)
         per_source: dict[str, list[int]] = {}
         for r in rs:
             for name, (d, a) in r.sources.items():

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from structspec.bench.harness import GREEDY, Run, comparison_bases
+from structspec.bench.harness import GREEDY, SERVE_MODE, Run, comparison_bases
 from structspec.bench.suites import Prompt
 from structspec.engine.sampling import Sampling
 
@@ -180,12 +180,17 @@ def _bases_table(run: SuiteRun, summary: dict[str, Any]) -> list[str]:
                 f"e2e {_fmt(e2e)}{spread}"
             )
         lines.append(f"| {run.label(mode)} | " + " | ".join(cells) + " |")
-    overhead = summary.get("serve_overhead_ms")
-    if overhead is not None:
+    if SERVE_MODE in run.modes:
+        outside = [
+            f"{run.label(mode)} {m['outside_engine_ms']:.1f} ms"
+            for mode in run.modes
+            if "outside_engine_ms" in (m := summary["modes"][mode])
+        ]
         lines += [
             "",
-            f"serve: a request's wall clock less the engine's own prefill, drafting and "
-            f"decoding (HTTP, JSON, queue, worker thread), median {overhead:.1f} ms.",
+            "A request's wall clock less the engine's own prefill, drafting and verification "
+            "(the engine's bookkeeping between passes; for serve also HTTP, JSON, the queue "
+            "and the worker thread), median: " + ", ".join(outside) + ".",
         ]
     return lines
 

@@ -13,7 +13,6 @@ output is checked token by token against the teacher-forced argmax as it goes.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -125,9 +124,6 @@ def run_side_by_side(settings: Settings, prompts: Sequence[Prompt], plan: RunOpt
                 sampling=plan.sampling,
             )
         result = _run(plan, engines, model, prompts, pld, servers)
-        serve = servers.get(SERVE_MODE)
-        if isinstance(serve, ServeBaseline) and serve.overhead_s:
-            result[2]["serve_overhead_ms"] = 1000.0 * statistics.median(serve.overhead_s)
     except (LlamaServerError, ServeError) as exc:
         raise UserError(str(exc)) from None
     finally:

@@ -14,8 +14,9 @@ exactness check counts them like the engine's own modes'.
 Times: ``seconds`` is the request's wall clock (what a client waits for); the
 decode time is the server's own (``decode_ms``, its verification passes),
 scaled to tokens after the first like llama-server's (``bench/llama_server.py``).
-``overhead_s`` keeps, per request, the wall clock less the engine's own
-prefill, drafting and decoding: what the serve path adds.
+``engine_seconds`` is the engine's own prefill, drafting and verification
+time, as for the in-process modes: the rest of a request's wall clock is what
+surrounds the engine's work, in-process or behind HTTP.
 """
 
 from __future__ import annotations
@@ -83,8 +84,6 @@ class ServeBaseline:
     def __init__(self, options: ServeOptions, sampling: Sampling = GREEDY) -> None:
         self.sampling = sampling
         self.port = _free_port()
-        #: Per request: wall clock less the engine's own time (seconds).
-        self.overhead_s: list[float] = []
         args = [sys.executable, "-m", "structspec", "serve", *options.arguments()]
         args += ["--port", str(self.port)]
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
@@ -143,8 +142,7 @@ class ServeBaseline:
         ext = resp.json().get("structspec") or {}
         out = [int(t) for t in ext.get("tokens") or []]
         decode_s = float(ext.get("decode_ms") or 0.0) / 1000.0
-        engine_s = decode_s + float(ext.get("prefill_ms") or 0.0) / 1000.0
-        self.overhead_s.append(seconds - engine_s - float(ext.get("draft_ms") or 0.0) / 1000.0)
+        engine_ms = sum(float(ext.get(k) or 0.0) for k in ("prefill_ms", "draft_ms", "decode_ms"))
         return Run(
             prompt.id,
             SERVE_MODE,
@@ -155,6 +153,7 @@ class ServeBaseline:
             passes=int(ext.get("passes") or 0),
             drafted=int(ext.get("drafted") or 0),
             accepted=int(ext.get("accepted") or 0),
+            engine_seconds=engine_ms / 1000.0,
         )
 
     def close(self) -> None:
