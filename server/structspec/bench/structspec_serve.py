@@ -32,12 +32,10 @@ from dataclasses import dataclass
 
 import httpx
 
-from structspec.bench.harness import GREEDY, Run
+from structspec.bench.harness import GREEDY, SERVE_MODE, Run
 from structspec.bench.suites import Prompt
 from structspec.engine.sampling import Sampling
 
-#: The mode's name in ``--modes``.
-SERVE_MODE = "serve"
 #: How long the server may take to load the model before the benchmark gives up.
 START_TIMEOUT_S = 180.0
 #: One request's limit: a hung server must not hang the benchmark.
