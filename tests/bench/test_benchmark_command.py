@@ -326,3 +326,17 @@ def test_a_serve_that_cannot_start_says_why():
 
     with pytest.raises(ServeError, match="exited with code .*seed must be an integer"):
         ServeBaseline(ServeOptions("standin:x", 1, 512, ("lookup",)))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_mode_order_balances_first_places_and_neighbours(n):
+    from collections import Counter
+
+    from structspec.bench.harness import mode_order
+
+    modes = [f"m{i}" for i in range(n)]
+    rows = [mode_order(modes, k) for k in range(2 * n)]
+    assert all(sorted(row) == modes for row in rows)
+    assert len(set(Counter(row[0] for row in rows).values())) == 1
+    pairs = Counter((a, b) for row in rows for a, b in zip(row, row[1:], strict=False))
+    assert len(pairs) == n * (n - 1) and len(set(pairs.values())) <= 1

@@ -5,8 +5,9 @@ its draft sources), ``pld`` (llama-cpp-python's own
 ``LlamaPromptLookupDecoding(num_pred_tokens=10)`` through its high-level
 ``Llama.generate``) and ``llama-server[:SPEC_TYPE]`` (llama.cpp's own server,
 see ``bench/llama_server.py``). For fairness every run starts from a cold KV cache, and
-the modes of one prompt run back to back in rotating order so that drift of a
-shared machine hits them alike.
+the modes of one prompt run back to back in an order that changes from prompt
+to prompt (``mode_order``) so that drift of a shared machine hits them alike
+and no mode always runs right after the same other one.
 
 Speed is measured the same way for every mode: ``decode_tps`` is tokens after
 the first divided by the time after the first token (the prompt's prefill is
@@ -69,6 +70,29 @@ def ablation_sources(mode: str) -> tuple[str, ...] | None:
     if not mode.startswith(ABLATION_PREFIX):
         return None
     return tuple(n for n in mode[len(ABLATION_PREFIX) :].split("+") if n)
+
+
+def mode_order(modes: Sequence[str], k: int) -> list[str]:
+    """The order of the modes for the ``k``-th prompt (and repeat): a Williams design.
+
+    Every mode goes first equally often, and every mode runs right after every
+    other one equally often (over ``len(modes)`` prompts, twice that when the
+    count is odd): a plain rotation keeps the cyclic order, so one mode would
+    always follow the same neighbour and carry whatever that neighbour leaves
+    behind (another program's threads, a cold cache).
+    """
+    n = len(modes)
+    first: list[int] = [0]
+    low, high = 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    if n % 2 and (k // n) % 2:
+        first.reverse()
+    return [modes[(j + k) % n] for j in first]
 
 
 def comparison_bases(modes: Sequence[str]) -> list[str]:

@@ -4,11 +4,12 @@
 structspec modes over it (``greedy`` is the full engine with drafts off; an
 ablation ``structspec:A+B`` its own engine with only those sources) and the
 external baselines (``pld``, ``llama-server[:TYPE]``) and ``structspec serve`` over HTTP
-(``serve``), then runs each prompt in every mode, in an order rotated per
-prompt and repeat so that drift of a shared machine hits every mode alike
-(``bench/harness.py``), optionally after a rest before every request (an
-editor's requests come after the user paused, not back to back). Greedy
-output is checked token by token against the teacher-forced argmax as it goes.
+(``serve``), then runs each prompt in every mode, in an order that changes
+per prompt and repeat so that drift of a shared machine hits every mode alike
+and no mode always follows the same one (``harness.mode_order``), optionally
+after a rest before every request (an editor's requests come after the user
+paused, not back to back). Greedy output is checked token by token against
+the teacher-forced argmax as it goes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from structspec.bench.harness import (
     ablation_sources,
     is_external_mode,
     is_llama_server_mode,
+    mode_order,
     output_gaps,
     run_engine,
     summarize,
@@ -142,7 +144,7 @@ def _run(
     pld: PromptLookupBaseline | None,
     servers: dict[str, LlamaServerBaseline | ServeBaseline],
 ) -> tuple[list[Run], dict[str, list[int]], dict[str, Any]]:
-    """Every prompt in every mode, rotating the order; the runs, prompt tokens and summary."""
+    """Every prompt in every mode, in ``mode_order``; the runs, prompt tokens and summary."""
     from tqdm import tqdm
 
     modes = list(plan.modes)
@@ -163,8 +165,7 @@ def _run(
         tokens = model.tokenize(prompt.prompt)
         prompt_tokens[prompt.id] = tokens
         for rep in range(plan.repeat):
-            order = modes[(i + rep) % len(modes) :] + modes[: (i + rep) % len(modes)]
-            for mode in order:
+            for mode in mode_order(modes, i + rep):
                 if plan.rest_s:
                     time.sleep(plan.rest_s)
                 if mode == "pld":
