@@ -13,7 +13,9 @@ exactness check counts them like the engine's own modes'.
 
 Times: ``seconds`` is the request's wall clock (what a client waits for); the
 decode time is the server's own (``decode_ms``, its verification passes),
-scaled to tokens after the first like llama-server's (``bench/llama_server.py``).
+scaled to tokens after the first like llama-server's (``bench/llama_server.py``);
+it includes the first pass, which the in-process modes' decode time leaves out,
+so at many tokens per pass it reads lower than theirs: compare serve end to end.
 ``engine_seconds`` is the engine's own prefill, drafting and verification
 time, as for the in-process modes: the rest of a request's wall clock is what
 surrounds the engine's work, in-process or behind HTTP.
