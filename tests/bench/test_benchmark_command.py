@@ -279,3 +279,64 @@ def test_pld_baseline_runs_prompts_longer_than_a_batch():
     assert len(tokens) == 700
     run = pld.run(Prompt("long", text), tokens, 0, 8, lambda t: False)
     assert len(run.tokens) == 8
+
+
+def test_serve_mode_over_http_gives_the_in_process_tokens(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    write_suite(suite, ["ab(x):\n", "x = a\nx = a\n"])
+    out, md = tmp_path / "out.json", tmp_path / "bench.md"
+    p = benchmark(
+        suite,
+        "--modes",
+        "greedy,structspec,serve",
+        "--max-tokens",
+        16,
+        "--rest",
+        0.01,
+        "--json-out",
+        out,
+        "--markdown-out",
+        md,
+    )
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    for prompt in data["prompts"]:
+        by_mode = {r["mode"]: r["tokens"] for r in prompt["runs"]}
+        assert by_mode["serve"] == by_mode["structspec"] == by_mode["greedy"]
+        assert by_mode["serve"]  # the stand-in writes something
+    summary = data["summary"]
+    assert summary["modes"]["serve"]["identical_to_greedy"] == 2
+    assert summary["exactness"]["serve"]["off"] == 0
+    assert summary["rest_s"] == 0.01
+    assert summary["modes"]["serve"]["outside_engine_ms"] > 0
+    report = md.read_text()
+    assert "vs structspec" in report and "0.01 s of rest before every request" in report
+    assert "the engine's own prefill, drafting and verification" in report
+
+
+def test_rest_out_of_range_is_one_line(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    write_suite(suite, ["x"])
+    p = benchmark(suite, "--rest", -1)
+    assert p.returncode != 0 and "--rest must be between 0 and 60" in p.stderr
+
+
+def test_a_serve_that_cannot_start_says_why():
+    from structspec.bench.structspec_serve import ServeBaseline, ServeError, ServeOptions
+
+    with pytest.raises(ServeError, match="exited with code .*seed must be an integer"):
+        ServeBaseline(ServeOptions("standin:x", 1, 512, ("lookup",)))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_mode_order_balances_first_places_and_neighbours(n):
+    from collections import Counter
+
+    from structspec.bench.harness import mode_order
+
+    modes = [f"m{i}" for i in range(n)]
+    rows = [mode_order(modes, k) for k in range(2 * n)]
+    assert all(sorted(row) == modes for row in rows)
+    assert len(set(Counter(row[0] for row in rows).values())) == 1
+    pairs = Counter((a, b) for row in rows for a, b in zip(row, row[1:], strict=False))
+    assert len(pairs) == n * (n - 1) and len(set(pairs.values())) <= 1

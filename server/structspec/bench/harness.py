@@ -5,8 +5,9 @@ its draft sources), ``pld`` (llama-cpp-python's own
 ``LlamaPromptLookupDecoding(num_pred_tokens=10)`` through its high-level
 ``Llama.generate``) and ``llama-server[:SPEC_TYPE]`` (llama.cpp's own server,
 see ``bench/llama_server.py``). For fairness every run starts from a cold KV cache, and
-the modes of one prompt run back to back in rotating order so that drift of a
-shared machine hits them alike.
+the modes of one prompt run back to back in an order that changes from prompt
+to prompt (``mode_order``) so that drift of a shared machine hits them alike
+and no mode always runs right after the same other one.
 
 Speed is measured the same way for every mode: ``decode_tps`` is tokens after
 the first divided by the time after the first token (the prompt's prefill is
@@ -51,6 +52,10 @@ ABLATION_PREFIX = "structspec:"
 LLAMA_SERVER_MODE = "llama-server"
 
 
+#: ``structspec serve`` over HTTP, in a subprocess (``bench/structspec_serve.py``).
+SERVE_MODE = "serve"
+
+
 def is_llama_server_mode(mode: str) -> bool:
     return mode == LLAMA_SERVER_MODE or mode.startswith(LLAMA_SERVER_MODE + ":")
 
@@ -67,11 +72,41 @@ def ablation_sources(mode: str) -> tuple[str, ...] | None:
     return tuple(n for n in mode[len(ABLATION_PREFIX) :].split("+") if n)
 
 
+def mode_order(modes: Sequence[str], k: int) -> list[str]:
+    """The order of the modes for the ``k``-th prompt (and repeat): a Williams design.
+
+    Every mode goes first equally often, and every mode runs right after every
+    other one equally often (over ``len(modes)`` prompts, twice that when the
+    count is odd): a plain rotation keeps the cyclic order, so one mode would
+    always follow the same neighbour and carry whatever that neighbour leaves
+    behind (another program's threads, a cold cache).
+    """
+    n = len(modes)
+    first: list[int] = [0]
+    low, high = 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    if n % 2 and (k // n) % 2:
+        first.reverse()
+    return [modes[(j + k) % n] for j in first]
+
+
 def comparison_bases(modes: Sequence[str]) -> list[str]:
-    """Modes every other mode's speed is compared with: greedy, the ablations and the
-    other programs (pld, llama-server)."""
+    """Modes every other mode's speed is compared with: greedy, the ablations, the
+    other programs (pld, llama-server) and, when ``serve`` runs, the in-process
+    ``structspec`` (what the serve path costs)."""
+    serve = SERVE_MODE in modes
     return [
-        m for m in modes if m == "greedy" or ablation_sources(m) is not None or is_external_mode(m)
+        m
+        for m in modes
+        if m == "greedy"
+        or ablation_sources(m) is not None
+        or is_external_mode(m)
+        or (serve and m == "structspec")
     ]
 
 
@@ -95,6 +130,9 @@ class Run:
     accepted: int = 0
     sources: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> drafted, accepted
     trace: list[PassTrace] = field(default_factory=list)
+    #: The engine's own prefill, drafting and verification time (the engine's
+    #: modes and ``serve``; ``None``: another program's).
+    engine_seconds: float | None = None
 
     @property
     def decode_tps(self) -> float:
@@ -153,6 +191,7 @@ def run_engine(
         accepted=s.accepted,
         sources={k: (v.drafted, v.accepted) for k, v in s.by_source().items()},
         trace=s.trace,
+        engine_seconds=(s.prefill_ms + s.draft_ms + s.decode_ms) / 1000.0,
     )
 
 
@@ -350,6 +389,9 @@ def summarize(
     med_tps: dict[tuple[str, str], float] = {
         k: statistics.median(r.decode_tps for r in v) for k, v in by.items()
     }
+    med_e2e: dict[tuple[str, str], float] = {
+        k: statistics.median(r.e2e_tps for r in v) for k, v in by.items()
+    }
     for mode in modes:
         rs = [r for r in runs if r.mode == mode]
         drafted = sum(r.drafted for r in rs)
@@ -364,6 +406,9 @@ def summarize(
             "accepted": accepted,
             "acceptance": accepted / drafted if drafted else None,
         }
+        outside = [r.seconds - r.engine_seconds for r in rs if r.engine_seconds is not None]
+        if outside:  # the request's time around the engine's work (bookkeeping, HTTP)
+            m["outside_engine_ms"] = 1000.0 * statistics.median(outside)
         per_source: dict[str, list[int]] = {}
         for r in rs:
             for name, (d, a) in r.sources.items():
@@ -389,6 +434,13 @@ def summarize(
             ]
             m[f"ratio_vs_{base}"] = spread(ratios)
             m[f"ratios_vs_{base}"] = ratios
+            m[f"e2e_ratio_vs_{base}"] = spread(
+                [
+                    med_e2e[(p, mode)] / med_e2e[(p, base)]
+                    for p in prompt_ids
+                    if med_e2e.get((p, base)) and (p, mode) in med_e2e
+                ]
+            )
             per_repeat: list[float] = []
             for rep in sorted({r.repeat for r in rs}):
                 tps = _aggregate_tps([r for r in rs if r.repeat == rep])

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from structspec.bench.harness import GREEDY, Run, comparison_bases
+from structspec.bench.harness import GREEDY, SERVE_MODE, Run, comparison_bases
 from structspec.bench.suites import Prompt
 from structspec.engine.sampling import Sampling
 
@@ -72,6 +72,8 @@ class SuiteRun:
     prompts: Sequence[Prompt]
     modes: Sequence[str]
     sampling: Sampling = GREEDY
+    #: Seconds of rest before every request.
+    rest_s: float = 0.0
 
     def label(self, mode: str) -> str:
         return label(mode, self.sampling)
@@ -106,8 +108,17 @@ def _header(run: SuiteRun) -> list[str]:
         f"{len(run.prompts)} prompts, max {run.max_tokens} tokens, {run.repeat} repeat(s)",
         decoding_line(run.sampling),
         "- speed: decode tokens/s after the first token (the prompt's prefill is the same work in "
-        "every mode); every run starts from a cold cache; modes interleaved per prompt",
+        "every mode); every run starts from a cold cache; modes interleaved per prompt"
+        + (f", {run.rest_s:g} s of rest before every request" if run.rest_s else ""),
+        f"- load average (1, 5, 15 min) at the end: {_load_average()}",
     ]
+
+
+def _load_average() -> str:
+    try:
+        return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def _summary_table(run: SuiteRun, summary: dict[str, Any]) -> list[str]:
@@ -146,7 +157,7 @@ def _bases_table(run: SuiteRun, summary: dict[str, Any]) -> list[str]:
         "",
         "Decode: tokens/s after the first token, aggregate (per prompt median, min). "
         "End to end: all tokens over the request's wall clock, prefill included "
-        "(what a client waits for), aggregate.",
+        "(what a client waits for), aggregate (per prompt median [p10, p90]).",
         "",
         "| mode | " + " | ".join(f"vs {run.label(b)}" for b in bases) + " |",
         "| --- | " + " | ".join("---" for _ in bases) + " |",
@@ -156,12 +167,31 @@ def _bases_table(run: SuiteRun, summary: dict[str, Any]) -> list[str]:
         cells = []
         for b in bases:
             agg, per, e2e = m.get(f"aggregate_vs_{b}"), m.get(f"ratio_vs_{b}"), m.get(f"e2e_vs_{b}")
+            e2e_per = m.get(f"e2e_ratio_vs_{b}")
+            spread = (
+                f" ({e2e_per['median']:.2f} [{e2e_per['p10']:.2f}, {e2e_per['p90']:.2f}])"
+                if e2e_per
+                else ""
+            )
             cells.append(
                 "-"
                 if agg is None or per is None
-                else f"decode {agg:.2f} ({per['median']:.2f}, {per['min']:.2f}); e2e {_fmt(e2e)}"
+                else f"decode {agg:.2f} ({per['median']:.2f}, {per['min']:.2f}); "
+                f"e2e {_fmt(e2e)}{spread}"
             )
         lines.append(f"| {run.label(mode)} | " + " | ".join(cells) + " |")
+    if SERVE_MODE in run.modes:
+        outside = [
+            f"{run.label(mode)} {m['outside_engine_ms']:.1f} ms"
+            for mode in run.modes
+            if "outside_engine_ms" in (m := summary["modes"][mode])
+        ]
+        lines += [
+            "",
+            "A request's wall clock less the engine's own prefill, drafting and verification "
+            "(the engine's bookkeeping between passes; for serve also HTTP, JSON, the queue "
+            "and the worker thread), median: " + ", ".join(outside) + ".",
+        ]
     return lines
 
 

@@ -3,21 +3,26 @@
 ``run_side_by_side`` opens the model once, builds the engines of the
 structspec modes over it (``greedy`` is the full engine with drafts off; an
 ablation ``structspec:A+B`` its own engine with only those sources) and the
-external baselines (``pld``, ``llama-server[:TYPE]``), then runs each prompt
-in every mode, in an order rotated per prompt and repeat so that drift of a
-shared machine hits every mode alike (``bench/harness.py``). Greedy output
-is checked token by token against the teacher-forced argmax as it goes.
+external baselines (``pld``, ``llama-server[:TYPE]``) and ``structspec serve`` over HTTP
+(``serve``), then runs each prompt in every mode, in an order that changes
+per prompt and repeat so that drift of a shared machine hits every mode alike
+and no mode always follows the same one (``harness.mode_order``), optionally
+after a rest before every request (an editor's requests come after the user
+paused, not back to back). Greedy output is checked token by token against
+the teacher-forced argmax as it goes.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from structspec.bench.harness import (
     GREEDY,
+    SERVE_MODE,
     BaselineError,
     Exactness,
     PromptLookupBaseline,
@@ -25,11 +30,13 @@ from structspec.bench.harness import (
     ablation_sources,
     is_external_mode,
     is_llama_server_mode,
+    mode_order,
     output_gaps,
     run_engine,
     summarize,
 )
 from structspec.bench.llama_server import LlamaServerBaseline, LlamaServerError
+from structspec.bench.structspec_serve import ServeBaseline, ServeError, ServeOptions
 from structspec.bench.suites import Prompt
 from structspec.engine.sampling import Sampling
 from structspec.errors import UserError
@@ -69,6 +76,8 @@ class RunOptions:
     recalibrate: bool = False
     #: llama.cpp's ``llama-server`` binary, for the llama-server modes.
     llama_server: str | None = None
+    #: Seconds of rest before every request (0: back to back).
+    rest_s: float = 0.0
 
 
 def run_side_by_side(settings: Settings, prompts: Sequence[Prompt], plan: RunOptions) -> SideBySide:
@@ -95,8 +104,17 @@ def run_side_by_side(settings: Settings, prompts: Sequence[Prompt], plan: RunOpt
         pld = PromptLookupBaseline(
             path, settings.threads, n_ctx=settings.context_size, sampling=plan.sampling
         )
-    servers: dict[str, LlamaServerBaseline] = {}
+    servers: dict[str, LlamaServerBaseline | ServeBaseline] = {}
     try:
+        if SERVE_MODE in plan.modes:
+            options = ServeOptions(
+                path or settings.model,  # the stand-in by name
+                settings.threads,
+                settings.context_size,
+                settings.sources,
+                settings.rules_file,
+            )
+            servers[SERVE_MODE] = ServeBaseline(options, sampling=plan.sampling)
         for mode in server_modes:
             assert plan.llama_server is not None  # the command asks for it
             servers[mode] = LlamaServerBaseline(
@@ -108,7 +126,7 @@ def run_side_by_side(settings: Settings, prompts: Sequence[Prompt], plan: RunOpt
                 sampling=plan.sampling,
             )
         result = _run(plan, engines, model, prompts, pld, servers)
-    except LlamaServerError as exc:
+    except (LlamaServerError, ServeError) as exc:
         raise UserError(str(exc)) from None
     finally:
         for server in servers.values():
@@ -124,9 +142,9 @@ def _run(
     model: Model,
     prompts: Sequence[Prompt],
     pld: PromptLookupBaseline | None,
-    servers: dict[str, LlamaServerBaseline],
+    servers: dict[str, LlamaServerBaseline | ServeBaseline],
 ) -> tuple[list[Run], dict[str, list[int]], dict[str, Any]]:
-    """Every prompt in every mode, rotating the order; the runs, prompt tokens and summary."""
+    """Every prompt in every mode, in ``mode_order``; the runs, prompt tokens and summary."""
     from tqdm import tqdm
 
     modes = list(plan.modes)
@@ -147,8 +165,9 @@ def _run(
         tokens = model.tokenize(prompt.prompt)
         prompt_tokens[prompt.id] = tokens
         for rep in range(plan.repeat):
-            order = modes[(i + rep) % len(modes) :] + modes[: (i + rep) % len(modes)]
-            for mode in order:
+            for mode in mode_order(modes, i + rep):
+                if plan.rest_s:
+                    time.sleep(plan.rest_s)
                 if mode == "pld":
                     assert pld is not None
                     try:
@@ -174,6 +193,7 @@ def _run(
     summary = summarize(runs, modes, plan.sampling)
     summary["sampling"] = vars(plan.sampling)
     summary["baseline_failures"] = baseline_failures
+    summary["rest_s"] = plan.rest_s
     if check_exactness:
         summary["exactness"] = {m: vars(e) for m, e in exact.items()}
     return runs, prompt_tokens, summary

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from structspec.bench import EXTRA_INSTALL, missing_extra
-from structspec.bench.harness import MODES, ablation_sources, is_llama_server_mode
+from structspec.bench.harness import MODES, SERVE_MODE, ablation_sources, is_llama_server_mode
 from structspec.bench.llama_server import SPEC_TYPES, spec_type
 from structspec.bench.suites import SuiteError, load_suite
 from structspec.commands.common import (
@@ -80,7 +80,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "structspec,pld, structspec:NAME+NAME for "
         "structspec with only those draft sources (an ablation, e.g. structspec:lookup+rules), "
         "and with --llama-server: llama-server (greedy) and llama-server:TYPE "
-        "(its --spec-type TYPE, e.g. llama-server:ngram-mod)",
+        "(its --spec-type TYPE, e.g. llama-server:ngram-mod); serve: structspec serve "
+        "over HTTP, in a subprocess",
+    )
+    p.add_argument(
+        "--rest",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds of rest before every request of the side-by-side suites (default 0)",
     )
     p.add_argument(
         "--llama-server",
@@ -265,12 +273,13 @@ def run(args: argparse.Namespace) -> int:
     if args.suite == "shapes":
         return _run_shapes(args)
     modes = list(dict.fromkeys(m.strip() for m in args.modes.split(",") if m.strip()))
+    known = (*MODES, SERVE_MODE)
     unknown = [
-        m for m in modes if m not in MODES and not _valid_ablation(m) and not _valid_llama_server(m)
+        m for m in modes if m not in known and not _valid_ablation(m) and not _valid_llama_server(m)
     ]
     if unknown or not modes:
         raise UserError(
-            f"unknown mode(s) {', '.join(unknown) or '(none)'}; use {','.join(MODES)}, "
+            f"unknown mode(s) {', '.join(unknown) or '(none)'}; use {','.join(known)}, "
             f"structspec:SOURCE+SOURCE with sources from {', '.join(SOURCE_NAMES)}, all, "
             f"or llama-server[:TYPE] with TYPE from {', '.join(SPEC_TYPES)}"
         )
@@ -281,6 +290,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--llama-server {args.llama_server}: not an executable file")
     if args.repeat < 1 or args.max_tokens < 1 or (args.limit is not None and args.limit < 1):
         raise UserError("--repeat, --max-tokens and --limit must be positive")
+    if not 0 <= args.rest <= 60:
+        raise UserError("--rest must be between 0 and 60 seconds")
     try:
         prompts = load_suite(args.suite)
     except SuiteError as exc:
@@ -313,6 +324,7 @@ def _run_suite(
         exactness=not args.no_exactness,
         recalibrate=args.recalibrate,
         llama_server=args.llama_server,
+        rest_s=args.rest,
     )
     result = run_side_by_side(settings, prompts, options)
     command = _command_line()
@@ -326,6 +338,7 @@ def _run_suite(
         prompts,
         modes,
         sampling,
+        rest_s=args.rest,
     )
     report = suite_report(run, result.runs, result.summary)
     print(report)

@@ -211,7 +211,8 @@ class EngineApp:
         result: GenerationResult = payload
         self.metrics.requests.labels(endpoint=endpoint, status="200").inc()
         self.metrics.latency.labels(endpoint=endpoint).observe(time.monotonic() - t0)
-        return JSONResponse(shape.full(result.text, result.stats, result.warnings))
+        tokens = result.tokens if req.return_tokens else None
+        return JSONResponse(shape.full(result.text, result.stats, result.warnings, tokens))
 
     # -- the job -------------------------------------------------------------
     def _submit(self, req: CompletionRequest, request: Request) -> tuple[Job, asyncio.Queue[Event]]:
@@ -300,6 +301,8 @@ class EngineApp:
                     token_healing=self.token_healing and req.heals,
                     sampling=req.sampling,
                 )
+                if not req.cache_prompt:  # evaluated from scratch, as the client asked
+                    engine.model.truncate(0)
                 gen = engine.stream(tokens, options, cancelled=lambda: job.cancelled)
             except ApiError as err:
                 post(("error", err))

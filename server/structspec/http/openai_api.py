@@ -19,6 +19,10 @@ know is ignored (clients send many optional ones). What is supported:
 - A text ``prompt`` of ``/v1/completions`` that ends mid-word is token-healed
   (setting ``token_healing``): the completion finishes the word and starts
   where the prompt ends.
+- llama.cpp's server's own fields, with its meaning: ``cache_prompt`` (false:
+  the prompt is evaluated from scratch, none of the cache reused; default
+  true) and ``return_tokens`` (true: the ``structspec`` field of a response
+  that is not a stream lists the generated token ids as ``tokens``).
 - Penalties, ``logit_bias``, ``logprobs``, ``echo``, ``best_of`` > 1,
   tools and JSON response formats are refused with a 400 rather than ignored,
   because ignoring them would silently change what the client asked for.
@@ -87,6 +91,8 @@ class CompletionRequest:
     include_usage: bool = False
     user: str | None = None
     sampling: Sampling = Sampling()
+    cache_prompt: bool = True
+    return_tokens: bool = False
 
     @property
     def heals(self) -> bool:
@@ -297,6 +303,8 @@ def parse_request(body: Any, *, chat: bool) -> CompletionRequest:
         req.include_usage = bool(_bool(options, "include_usage"))
     req.user = _str(body, "user")
     req.sampling = _sampling(body)
+    req.cache_prompt = _bool(body, "cache_prompt") is not False
+    req.return_tokens = bool(_bool(body, "return_tokens"))
     _refuse_unsupported(body)
     return req
 
@@ -317,19 +325,26 @@ def usage(stats: GenerationStats) -> dict[str, int]:
     }
 
 
-def extension(stats: GenerationStats, warnings: list[str]) -> dict[str, Any]:
-    """structspec's own figures, in a ``structspec`` field clients ignore."""
-    return {
+def extension(
+    stats: GenerationStats, warnings: list[str], tokens: list[int] | None = None
+) -> dict[str, Any]:
+    """structspec's own figures, in a ``structspec`` field clients ignore (``tokens``:
+    the generated token ids, when the request asked for them)."""
+    out: dict[str, Any] = {
         "passes": stats.passes,
         "drafted": stats.drafted,
         "accepted": stats.accepted,
         "tokens_per_pass": round(stats.tokens_per_pass, 3),
         "reused_prompt_tokens": stats.reused_tokens,
         "prefill_ms": round(stats.prefill_ms, 2),
+        "draft_ms": round(stats.draft_ms, 2),
         "decode_ms": round(stats.decode_ms, 2),
         "stop_reason": stats.stop_reason,
         "warnings": warnings,
     }
+    if tokens is not None:
+        out["tokens"] = tokens
+    return out
 
 
 class ResponseShape:
@@ -344,7 +359,13 @@ class ResponseShape:
     def _base(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def full(self, text: str, stats: GenerationStats, warnings: list[str]) -> dict[str, Any]:
+    def full(
+        self,
+        text: str,
+        stats: GenerationStats,
+        warnings: list[str],
+        tokens: list[int] | None = None,
+    ) -> dict[str, Any]:
         reason = finish_reason(stats.stop_reason)
         if self.chat:
             out = self._base("chat.completion")
@@ -360,7 +381,7 @@ class ResponseShape:
             out = self._base("text_completion")
             out["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason}]
         out["usage"] = usage(stats)
-        out["structspec"] = extension(stats, warnings)
+        out["structspec"] = extension(stats, warnings, tokens)
         return out
 
     def chunk(
