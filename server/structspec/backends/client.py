@@ -19,10 +19,11 @@ request whose prefix was backed up over a partial word (``healed``, token
 healing) carries, to llama-server, a GBNF ``grammar`` that makes the output
 start with that word (``healing_grammar``): the model's best completion of the
 word comes back. The other protocols cannot be constrained; their caller keeps
-only the completions that write the word. A URL
-whose path names an endpoint (``http://h:8080/infill``, ``.../v1``) pins that
-protocol. An endpoint answering 404, 405 or 501 passes on to the next protocol;
-once one answers, ``notes`` says which were passed over and why, once.
+only the completions that write the word.
+
+A URL whose path names an endpoint (``http://h:8080/infill``, ``.../v1``) pins
+that protocol. An endpoint answering 404, 405 or 501 passes on to the next
+protocol; once one answers, ``notes`` says which were passed over and why, once.
 
 Every request is streamed and bounded: ``stream`` yields text as it arrives and
 is given a ``stop`` callable it polls while waiting (cancellation, a latency
