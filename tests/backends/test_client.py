@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from tests.helpers.fake_backends import LLAMA, Behaviour, FakeBackend
@@ -18,6 +19,7 @@ from structspec.backends.client import (
     BackendUnreachable,
     RemoteBackend,
     RemoteRequest,
+    healing_grammar,
 )
 from structspec.backends.fim import parse_template, template_for
 
@@ -102,6 +104,48 @@ def test_fim_template_setting_wins() -> None:
         backend = RemoteBackend(server.url + "/v1", fim_template="<A>{prefix}<B>{suffix}<C>")
         text_of(backend)
         assert server.requests[0].body["prompt"] == f"<A>{REQUEST.prefix}<B>{REQUEST.suffix}<C>"
+
+
+@pytest.mark.parametrize(
+    ("path", "grammar"),
+    [
+        ("/infill", True),
+        ("/completion", True),
+        ("/api/generate", False),
+        ("/v1/completions", False),
+    ],
+)
+def test_a_healed_word_is_a_grammar_for_llama_server_only(path: str, grammar: bool) -> None:
+    healed = replace(REQUEST, prefix="def f(a, b):\n    ", healed="ret")
+    with FakeBackend() as server:
+        backend = RemoteBackend(server.url + path)  # pinned: that protocol only
+        text_of(backend, healed)
+        text_of(backend)  # nothing backed up over: no grammar
+        first, second = server.posts(path)
+        if grammar:
+            assert first.body["grammar"] == 'root ::= "ret" .*'
+        else:  # nothing to constrain with: the caller filters
+            assert "grammar" not in first.body and "grammar" not in first.body.get("options", {})
+        assert "grammar" not in second.body
+
+
+@pytest.mark.parametrize(
+    ("word", "literal"),
+    [
+        ('say"', 'say\\"'),  # a quote would end the literal
+        ("a\\b", "a\\\\b"),  # a backslash would start an escape
+        ("naïve", "na\\u00EFve"),  # non-ASCII: code points
+        ("變數", "\\u8B8A\\u6578"),
+        ("x𝔘", "x\\U0001D518"),  # beyond the BMP: eight hex digits
+        ("tab\t", "tab\\u0009"),  # a control character never goes in raw
+    ],
+)
+def test_the_healing_grammar_escapes_the_word(word: str, literal: str) -> None:
+    assert healing_grammar(word) == f'root ::= "{literal}" .*'
+    with FakeBackend() as server:
+        text_of(RemoteBackend(server.url), replace(REQUEST, healed=word))
+        (seen,) = server.posts("/infill")
+        assert seen.body["grammar"] == f'root ::= "{literal}" .*'  # as sent over HTTP
 
 
 def test_ollama_generate_raw_fim_ndjson() -> None:

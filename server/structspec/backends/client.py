@@ -14,10 +14,16 @@ after the cursor) through the first protocol the server speaks, in this order:
   the model family's template (``fim``).
 
 llama-server requests carry ``cache_prompt`` and an ``id_slot`` per document
-(when ``/props`` reports the slots), so a document keeps its KV cache. A URL
-whose path names an endpoint (``http://h:8080/infill``, ``.../v1``) pins that
-protocol. An endpoint answering 404, 405 or 501 passes on to the next protocol;
-once one answers, ``notes`` says which were passed over and why, once.
+(when ``/props`` reports the slots), so a document keeps its KV cache. A
+request whose prefix was backed up over a partial word (``healed``, token
+healing) carries, to llama-server, a GBNF ``grammar`` that makes the output
+start with that word (``healing_grammar``): the model's best completion of the
+word comes back. The other protocols cannot be constrained; their caller keeps
+only the completions that write the word.
+
+A URL whose path names an endpoint (``http://h:8080/infill``, ``.../v1``) pins
+that protocol. An endpoint answering 404, 405 or 501 passes on to the next
+protocol; once one answers, ``notes`` says which were passed over and why, once.
 
 Every request is streamed and bounded: ``stream`` yields text as it arrives and
 is given a ``stop`` callable it polls while waiting (cancellation, a latency
@@ -100,7 +106,9 @@ class RemoteRequest:
     """One completion: the text around the cursor and how much to write.
 
     ``document`` keys the llama-server slot; ``extra`` is project context as
-    ``(file name, text)`` pairs (``/infill``'s ``input_extra``).
+    ``(file name, text)`` pairs (``/infill``'s ``input_extra``). ``healed``:
+    the partial word at the cursor that ``prefix`` was backed up over; the
+    completion is to write it first (see the module docstring).
     """
 
     prefix: str
@@ -109,6 +117,28 @@ class RemoteRequest:
     stop: tuple[str, ...] = ()
     document: str = ""
     extra: tuple[tuple[str, str], ...] = ()
+    healed: str = ""
+
+
+def healing_grammar(word: str) -> str:
+    """A GBNF grammar (llama.cpp's) for text that starts with ``word``, then anything.
+
+    ``word`` goes in a string literal: ``"`` and ``\\`` escaped, and every
+    character outside printable ASCII written as a ``\\u``/``\\U`` code point,
+    so no character of the word (a control character, a non-ASCII letter)
+    can end or break the literal.
+    """
+    literal = "".join(_gbnf_char(ch) for ch in word)
+    return f'root ::= "{literal}" .*'
+
+
+def _gbnf_char(ch: str) -> str:
+    point = ord(ch)
+    if ch in '"\\':
+        return "\\" + ch
+    if 0x20 <= point < 0x7F:
+        return ch
+    return f"\\u{point:04X}" if point <= 0xFFFF else f"\\U{point:08X}"
 
 
 def _tls_error(exc: BaseException) -> BaseException | None:
@@ -323,6 +353,8 @@ class RemoteBackend:
             slot = await self._slot(request.document)
             if slot is not None:
                 body["id_slot"] = slot
+            if request.healed:  # /infill and /completion both take a grammar
+                body["grammar"] = healing_grammar(request.healed)
             if protocol == "infill":
                 body["input_prefix"] = request.prefix
                 body["input_suffix"] = request.suffix

@@ -20,12 +20,14 @@ same editor policy around a different source of text.
   writing, is cut without the unfinished word. Every cut closes the HTTP
   stream, and so does cancellation (a new keystroke), within
   ``backends.client.POLL_S``.
-- Token healing (``token_healing``): a server cannot be told to continue a
-  partial word (``ret|``) the way the local engine constrains its first
-  tokens, and a model asked to continue after ``ret`` often writes badly. So
-  the prompt backs up over the partial word and only a completion that writes
-  that word first is kept, without it: the model chooses the whole word from
-  its start, and one that writes another word gives no suggestion.
+- Token healing (``token_healing``): a model asked to continue after a
+  partial word (``ret|``) often writes badly, so the prompt backs up over the
+  word and the request says which word it was (``RemoteRequest.healed``): the
+  model chooses the whole word from its start. llama-server is constrained to
+  write that word first (a grammar, ``backends.client``), as the local engine
+  constrains its first tokens; the other protocols cannot be, so only a
+  completion that writes the word first is kept, without it, and one that
+  writes another word gives no suggestion.
 - Clean-up is ``suggest.clean``; typing through the suggestion on screen
   needs no request (the service's pending suggestion).
 - Pre-generation (``RemoteCompleter.pregenerate``) is text, not tokens: once
@@ -122,8 +124,8 @@ def healed_word(job: CompletionInput) -> str:
     return job.cursor.word_prefix if job.settings.token_healing else ""
 
 
-def request_for(job: CompletionInput) -> tuple[RemoteRequest, str]:
-    """The job as a remote request, and the partial word its prompt backed up over."""
+def request_for(job: CompletionInput) -> RemoteRequest:
+    """The job as a remote request; ``healed``: the partial word its prompt backed up over."""
     settings = job.settings
     prefix, suffix = text_window(job.text, job.offset, settings)
     heal = healed_word(job)
@@ -137,7 +139,7 @@ def request_for(job: CompletionInput) -> tuple[RemoteRequest, str]:
         others = job.others[:CONTEXT_DOCUMENTS]
         extra = tuple((file_name(o.uri), o.text[:limit]) for o in others)
     stop = ("\n",) if job.cursor.mode == LINE else ()
-    return RemoteRequest(prefix, suffix, settings.max_tokens, stop, job.uri, extra), heal
+    return RemoteRequest(prefix, suffix, settings.max_tokens, stop, job.uri, extra, heal)
 
 
 def unheal(healing: str, piece: str) -> tuple[str, str] | None:
@@ -223,7 +225,8 @@ class RemoteCompleter:
             return bool(cut)
 
         text, early, chunks, mark = "", False, 0, None
-        request, healing = request_for(job)  # healing: what of the word is still to come
+        request = request_for(job)
+        healing = request.healed  # what of the word is still to come
         stream = self.backend.stream(request, stop)
         try:
             for piece in stream:
@@ -310,7 +313,8 @@ class RemoteCompleter:
         or failed (a failure is the next request's to report).
         """
         settings = job.settings
-        request, healing = request_for(job)
+        request = request_for(job)
+        healing = request.healed
         request = replace(request, max_tokens=settings.max_tokens * PREGENERATION_FACTOR, stop=())
         started = clock()
         first_by = started + PREGENERATION_FACTOR * settings.max_latency_ms / 1000.0
