@@ -70,6 +70,27 @@ def test_only_decoding_past_the_pass_in_flight_at_the_cancel_is_kept_generating(
     assert kept_generating(None, None, 35.0, 2) and not kept_generating(None, None, 0.0, 1)
 
 
+def test_a_draft_verified_in_the_pass_in_flight_is_not_kept_generating(tmp_path: Path):
+    """With ``--spec-type`` one pass verifies a whole draft: the time of a pass is the
+    generation's time over its passes (tokens less accepted draft tokens), which the
+    server prints after the task's timings. The lines of a task from a real run: one
+    64-token draft in flight at the cancel, 382 ms after it, no more passes."""
+    log = tmp_path / "llama-server.log"
+    log.write_text(
+        "9.00.712.857 I slot launch_slot_: id  0 | task 7 | processing task, is_child = 0\n"
+        "9.00.739.368 W srv          stop: cancel task, id_task = 7\n"
+        "9.01.121.374 I slot print_timing: id  0 | task 7 |        eval time =     383.18 ms /"
+        "    22 tokens (   18.25 ms per token,    54.81 tokens per second)\n"
+        "9.01.121.408 I slot print_timing: id  0 | task 7 | draft acceptance = 1.00000 "
+        "(   64 accepted /    64 generated), mean len = 65.00\n"
+    )
+    tasks = EngineLog(log).tasks([(0, log.stat().st_size)])
+    assert (tasks.requests, tasks.closed, tasks.kept_generating) == (1, 1, 0)
+    # The same tokens from 21 one-token passes (no draft accepted) would have kept going.
+    assert kept_generating(540.739, 541.121, 383.18, 22, accepted=0)
+    assert not kept_generating(540.739, 541.121, 383.18, 22, accepted=64)
+
+
 def test_the_replay_types_through_a_llama_server(tmp_path: Path):
     """``remote`` and ``remote, paced`` type the same points as the local configurations,
     through a server speaking llama-server's protocol, and its log is read. The server

@@ -19,7 +19,9 @@ tell is read from llama-server's own log (``EngineLog``):
   work. llama.cpp cannot stop a pass midway, so the pass in flight when the
   cancel comes may still end the task normally (its timings printed after the
   cancel, a stop string met by its one token): that is not counted, only more
-  generation than that pass, timed by the log's timestamps.
+  generation than that pass, timed by the log's timestamps. With speculation
+  one pass verifies a whole draft (``--spec-type``: up to 64 tokens), so the
+  time of a pass is the generation's time over its passes, not its tokens.
 
 A closed connection the server never noticed would not be in its log at all;
 llama-server polls the connection while it generates (its HTTP layer's
@@ -56,6 +58,8 @@ STARTED_ARGS = ("--cache-reuse", "256")
 #: llama-server's log lines (``server-context.cpp``, ``server-queue.cpp``).
 _STARTED = re.compile(rb"\| task (\d+) \| processing task")
 _CANCELLED = re.compile(rb"cancel task, id_task = (\d+)")
+#: Printed after a speculative task's timings: its draft tokens accepted.
+_DRAFTS = re.compile(rb"\| task (\d+) \| draft acceptance = [\d.]+ \(\s*(\d+) accepted")
 _FINISHED = re.compile(rb"\| task (\d+) \|\s+eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
 #: The log's timestamp (``--log-timestamps``, on by default): minutes.seconds.ms.us.
 _TIMESTAMP = re.compile(rb"^(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) ")
@@ -69,22 +73,29 @@ def _seconds(line: bytes) -> float | None:
 
 
 def kept_generating(
-    cancelled_at: float | None, finished_at: float | None, eval_ms: float, tokens: int
+    cancelled_at: float | None,
+    finished_at: float | None,
+    eval_ms: float,
+    tokens: int,
+    accepted: int = 0,
 ) -> bool:
     """Did a task that finished after its cancel go on decoding past the pass in flight?
 
     Its first token comes out of the prompt's evaluation: one token, no decode
-    pass after it. Else the generation after the cancel (from the later of
-    the cancel and the generation's start) is compared with two tokens' time;
-    without timestamps any decode pass counts.
+    pass after it. The ``tokens - 1`` after it came from passes that each
+    wrote one token plus the draft tokens it accepted, so there were
+    ``tokens - 1 - accepted`` passes (at least one: a stop may cut accepted
+    tokens off). The generation after the cancel (from the later of the cancel
+    and the generation's start) is compared with two passes' time; without
+    timestamps any decode pass counts.
     """
     if tokens <= 1:
         return False
     if cancelled_at is None or finished_at is None:
         return True
-    per_token = eval_ms / 1000.0 / (tokens - 1)
+    per_pass = eval_ms / 1000.0 / max(1, tokens - 1 - accepted)
     after = finished_at - max(cancelled_at, finished_at - eval_ms / 1000.0)
-    return after > 2 * per_token
+    return after > 2 * per_pass
 
 
 @dataclass(frozen=True)
@@ -118,7 +129,8 @@ class EngineLog:
             return EngineTasks()
         first_seen: dict[int, int] = {}
         cancelled: dict[int, float | None] = {}  # task: when
-        kept: set[int] = set()
+        finished: dict[int, tuple[float | None, float, int]] = {}  # task: when, eval ms, tokens
+        accepted: dict[int, int] = {}  # task: draft tokens accepted (printed after its timings)
         offset = 0
         with self.path.open("rb") as fh:
             for line in fh:
@@ -127,11 +139,16 @@ class EngineLog:
                 elif m := _CANCELLED.search(line):
                     first_seen.setdefault(int(m[1]), offset)
                     cancelled[int(m[1])] = _seconds(line)
-                elif (m := _FINISHED.search(line)) and int(m[1]) in cancelled:
-                    when = cancelled[int(m[1])]
-                    if kept_generating(when, _seconds(line), float(m[2]), int(m[3])):
-                        kept.add(int(m[1]))
+                elif m := _FINISHED.search(line):
+                    finished[int(m[1])] = (_seconds(line), float(m[2]), int(m[3]))
+                elif m := _DRAFTS.search(line):
+                    accepted[int(m[1])] = int(m[2])
                 offset += len(line)
+        kept = {
+            task
+            for task, when in cancelled.items()
+            if task in finished and kept_generating(when, *finished[task], accepted.get(task, 0))
+        }
         mine = {t for t, at in first_seen.items() if any(a <= at < b for a, b in spans)}
         return EngineTasks(len(mine), len(mine & cancelled.keys()), len(mine & kept))
 
