@@ -63,10 +63,30 @@ def spec_type(mode: str) -> str | None:
     return kind
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_healthy(
+    proc: subprocess.Popen[bytes], client: httpx.Client, timeout_s: float
+) -> int | None:
+    """Wait until a server started as ``proc`` answers ``GET /health`` with 200.
+
+    ``None`` once it does; the exit code if the process ended first. Raises
+    ``TimeoutError`` after ``timeout_s`` (the caller names the server).
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return proc.returncode
+        with contextlib.suppress(httpx.HTTPError):
+            if client.get("/health", timeout=2.0).status_code == 200:
+                return None
+        time.sleep(0.25)
+    raise TimeoutError
 
 
 class LlamaServerBaseline:
@@ -89,7 +109,7 @@ class LlamaServerBaseline:
         self.mode = mode
         self.sampling = sampling
         kind = spec_type(mode)
-        self.port = _free_port()
+        self.port = free_port()
         args = [
             binary,
             "--model",
@@ -129,19 +149,14 @@ class LlamaServerBaseline:
             raise
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise LlamaServerError(
-                    f"llama-server ({self.mode}) exited with code {self.proc.returncode} at start"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                if self.client.get("/health", timeout=2.0).status_code == 200:
-                    return
-            time.sleep(0.25)
-        raise LlamaServerError(
-            f"llama-server ({self.mode}) not ready after {START_TIMEOUT_S:.0f} s"
-        )
+        try:
+            code = wait_healthy(self.proc, self.client, START_TIMEOUT_S)
+        except TimeoutError:
+            raise LlamaServerError(
+                f"llama-server ({self.mode}) not ready after {START_TIMEOUT_S:.0f} s"
+            ) from None
+        if code is not None:
+            raise LlamaServerError(f"llama-server ({self.mode}) exited with code {code} at start")
 
     def run(self, prompt: Prompt, tokens: Sequence[int], repeat: int, max_tokens: int) -> Run:
         """Generate from ``tokens`` (greedy or sampled), from a cold cache."""

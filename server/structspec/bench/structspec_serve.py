@@ -23,8 +23,6 @@ surrounds the engine's work, in-process or behind HTTP.
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +33,7 @@ from dataclasses import dataclass
 import httpx
 
 from structspec.bench.harness import GREEDY, SERVE_MODE, Run
+from structspec.bench.llama_server import free_port, wait_healthy
 from structspec.bench.suites import Prompt
 from structspec.engine.sampling import Sampling
 
@@ -72,18 +71,12 @@ class ServeOptions:
         return [*args, "--rules-file", self.rules_file] if self.rules_file else args
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ServeBaseline:
     """One running ``structspec serve`` answering the ``serve`` mode."""
 
     def __init__(self, options: ServeOptions, sampling: Sampling = GREEDY) -> None:
         self.sampling = sampling
-        self.port = _free_port()
+        self.port = free_port()
         args = [sys.executable, "-m", "structspec", "serve", *options.arguments()]
         args += ["--port", str(self.port)]
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
@@ -98,18 +91,14 @@ class ServeBaseline:
             raise
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServeError(
-                    f"structspec serve exited with code {self.proc.returncode} at start"
-                    + self._last_words()
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                if self.client.get("/health", timeout=2.0).status_code == 200:
-                    return
-            time.sleep(0.25)
-        raise ServeError(f"structspec serve not ready after {START_TIMEOUT_S:.0f} s")
+        try:
+            code = wait_healthy(self.proc, self.client, START_TIMEOUT_S)
+        except TimeoutError:
+            raise ServeError(f"structspec serve not ready after {START_TIMEOUT_S:.0f} s") from None
+        if code is not None:
+            raise ServeError(
+                f"structspec serve exited with code {code} at start" + self._last_words()
+            )
 
     def body(self, tokens: Sequence[int], max_tokens: int) -> dict[str, object]:
         """The request of one prompt (see the module docstring)."""
