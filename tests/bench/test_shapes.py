@@ -9,7 +9,13 @@ import pytest
 
 from structspec.bench import shape_models, shapes
 from structspec.bench.shape_models import SHAPES, synthetic_vocab, write_gguf
-from structspec.bench.shapes import render_markdown, window_tokens
+from structspec.bench.shapes import (
+    HEAD_ROWS,
+    head_verdict,
+    measure_head_ms,
+    render_markdown,
+    window_tokens,
+)
 from structspec.model.llama import LlamaModel
 
 #: One shape per architecture and tokenizer family.
@@ -118,7 +124,11 @@ def _canned() -> dict:
                 "prompt_tps": 150.0,
                 "decode_tps": 20.0,
                 "head": "llama.cpp",
+                "head_type": "Q4_K",
+                "head_reason": "the kernel does not cover the head type Q4_K (it takes Q8_0, Q6_K)",
                 "verify_ms": {"llama.cpp": table},
+                "head_ms": {"llama.cpp": {"1": 9.0, "4": 20.0, "8": 31.0, "16": 60.0}},
+                "no_head_ms": {"1": 40.0, "4": 80.0, "8": 120.0, "16": 200.0},
                 "window_tokens": 300,
                 "predicted_speedup": 1.8,
                 "predicted_speedup_by_recording": {"humaneval-40x128.replay.json": 1.8},
@@ -130,7 +140,14 @@ def _canned() -> dict:
                 "prompt_tps": 900.0,
                 "decode_tps": 40.0,
                 "head": "structspec",
+                "head_type": "Q8_0",
+                "head_reason": "the kernel covers Q8_0 (avx2)",
                 "verify_ms": {"structspec": table, "llama.cpp": [t * 2 for t in table]},
+                "head_ms": {
+                    "structspec": {"1": 5.0, "4": 6.0, "8": 8.0, "16": 14.0},
+                    "llama.cpp": {"1": 6.0, "4": 18.0, "8": 32.0, "16": 64.0},
+                },
+                "no_head_ms": {"1": 10.0, "4": 12.0, "8": 16.0, "16": 25.0},
                 "window_tokens": 1536,
                 "predicted_speedup": 2.1,
                 "predicted_speedup_by_recording": {"humaneval-40x128.replay.json": 2.1},
@@ -156,7 +173,11 @@ def test_the_report_says_the_weights_are_random_and_shows_both_heads() -> None:
 def test_the_json_carries_the_fields_per_shape(tmp_path: Path, monkeypatch) -> None:
     canned = _canned()["shapes"]
     measured = {
-        k: {key: v for key, v in r.items() if not key.startswith(("window", "predicted"))}
+        k: {
+            key: v
+            for key, v in r.items()
+            if not key.startswith(("window", "predicted", "head_verdict"))
+        }
         for k, r in canned.items()
         if "error" not in r
     }
@@ -197,8 +218,77 @@ def test_the_json_carries_the_fields_per_shape(tmp_path: Path, monkeypatch) -> N
             "predicted_speedup",
             "window_tokens",
             "rss_mb",
+            "head_ms",
+            "head_type",
+            "head_reason",
+            "head_verdict",
         ):
             assert key in r, (name, key)
+    assert data["shapes"]["default"]["head_verdict"]["ratio"] == 0.25
+    assert data["shapes"]["default"]["head_verdict"]["met"] is True
+    kept = data["shapes"][shape.name]["head_verdict"]
+    assert kept["ratio"] is None and "Q4_K" in kept["text"]
     assert data["shapes"][shape.name]["window_tokens"] == 300
     assert data["shapes"]["default"]["predicted_speedup"] == 1.5
     assert md.read_text() == render_markdown(data)
+
+
+def test_the_report_shows_each_heads_own_cost_and_the_verdict() -> None:
+    text = render_markdown(_canned())
+    section = text[text.index("## The output head") :]
+    assert "### default" in section and "### Qwen2.5-Coder-0.5B" in section
+    assert "Head type Q8_0; head used: structspec; why: the kernel covers Q8_0 (avx2)." in section
+    assert "| rows | structspec head ms | llama.cpp head ms | no-head pass ms |" in section
+    assert "| 8 | 8.0 | 32.0 | 16.0 | 0.25x |" in section
+    assert "8 rows: structspec's head costs 0.25x llama.cpp's (target <= 0.8x: met)" in section
+    # only llama.cpp's head: its cost per row count, and why it is kept
+    assert "Head type Q4_K; head used: llama.cpp" in section
+    assert "| 8 | 31.0 | 120.0 |" in section
+    assert "llama.cpp's head is kept: the kernel does not cover the head type Q4_K" in section
+    # the whole-pass tables are still there, before the section
+    assert text.index("| 8 | 24.0 | 24.0 | 48.0 |") < text.index("## The output head")
+
+
+def test_a_report_without_head_costs_has_no_head_section() -> None:
+    report = _canned()
+    for r in report["shapes"].values():
+        r.pop("head_ms", None)
+    assert "## The output head" not in render_markdown(report)
+
+
+def test_the_head_verdict() -> None:
+    both = {"head": "structspec", "head_ms": {"structspec": {"8": 30.0}, "llama.cpp": {"8": 40.0}}}
+    verdict = head_verdict(both)
+    assert (verdict["ratio"], verdict["met"], verdict["rows"]) == (0.75, True, 8)
+    both["head_ms"]["structspec"]["8"] = 36.0
+    assert head_verdict(both)["met"] is False and "NOT met" in head_verdict(both)["text"]
+    both["head_ms"]["llama.cpp"]["8"] = 0.0  # measured at noise level
+    assert head_verdict(both)["ratio"] is None
+    kept = {"head": "llama.cpp", "head_reason": "turned off", "head_ms": {"llama.cpp": {"8": 9.0}}}
+    assert head_verdict(kept) == {
+        "rows": 8,
+        "target": 0.8,
+        "ratio": None,
+        "met": None,
+        "text": "llama.cpp's head is kept: turned off",
+    }
+
+
+def test_each_heads_own_cost_is_measured_on_a_tiny_shape(tmp_path: Path) -> None:
+    shape = SHAPES["Qwen2.5-Coder-1.5B"].tiny()
+    path = tmp_path / f"{shape.name}.gguf"
+    write_gguf(shape, path)
+    model = LlamaModel.load(path, n_ctx=1024, threads=1)
+    try:
+        head_ms, no_head_ms = measure_head_ms(model, reps=1)
+        heads = {model.head, "llama.cpp"}
+        assert set(head_ms) == heads
+        for by_rows in head_ms.values():
+            assert list(by_rows) == [str(n) for n in HEAD_ROWS]
+            assert all(ms >= 0.0 for ms in by_rows.values())
+        assert list(no_head_ms) == [str(n) for n in HEAD_ROWS]
+        assert all(ms > 0.0 for ms in no_head_ms.values())
+        assert list(model.cached_tokens) == []  # the measurement leaves the slot empty
+        assert model.head_type == "Q8_0" and model.head_reason
+    finally:
+        model.close()

@@ -198,7 +198,7 @@ def test_bad_shapes_are_refused():
         native.NativeHead.from_blocks(q6, native.Q6_K, 8, 512)
     with pytest.raises(ValueError, match="Q6_K matrix"):
         native.NativeHead.from_blocks(q6[:, :210], native.Q6_K, 4, 32)  # not a super-block
-    with pytest.raises(ValueError, match="ggml type 12 matrix"):
+    with pytest.raises(ValueError, match="not a 4 x 512 Q4_K matrix"):
         native.NativeHead.from_blocks(q6, 12, 4, 512)  # Q4_K: not a type the kernel takes
     head = native.NativeHead.from_blocks(raw, native.Q8_0, 16, 64)
     with pytest.raises(ValueError, match="expected"):
@@ -379,3 +379,64 @@ def test_the_eval_callback_takes_result_norm_and_stops_the_graph_only_when_armed
         if want_capture:
             assert eval_cb(None, False, hidden.user_data) is True
         assert hidden.take() is None
+
+
+def _why_llama_cpp(path) -> str:
+    """The model at ``path`` loads with llama.cpp's head: the reason it records."""
+    model = _load(path)
+    try:
+        assert model.head == "llama.cpp"
+        return model.head_reason
+    finally:
+        model.close()
+
+
+@needs_kernel
+@pytest.mark.parametrize("storage, kind", [("q8_0", "Q8_0"), ("q6_k", "Q6_K")])
+def test_the_model_records_the_head_type_and_that_the_kernel_covers_it(
+    tmp_path, monkeypatch, storage, kind
+):
+    monkeypatch.setenv("STRUCTSPEC_HEAD_ISA", "avx2")
+    path = write_tiny_fim_gguf(tmp_path / "tiny.gguf", "qwen", head=storage).path
+    model = _load(path)
+    try:
+        assert (model.head, model.head_type) == ("structspec", kind)
+        assert model.head_reason == f"the kernel covers {kind} (avx2)"
+    finally:
+        model.close()
+    assert native.head_type(path) == kind
+    assert native.head_type(tmp_path / "missing.gguf") == ""
+
+
+@needs_kernel
+def test_each_fallback_records_why_llama_cpps_head_is_kept(tmp_path, monkeypatch):
+    """``head_reason`` names the cause on every path that keeps llama.cpp's head."""
+    f32 = write_tiny_fim_gguf(tmp_path / "f32.gguf", "qwen", head="f32").path
+    capped = write_tiny_fim_gguf(tmp_path / "capped.gguf", "qwen", head="q8_0", softcap=30.0).path
+    plain = write_tiny_fim_gguf(tmp_path / "plain.gguf", "qwen", head="q8_0").path
+    why = _why_llama_cpp(f32)
+    assert why == "the kernel does not cover the head type F32 (it takes Q8_0, Q6_K)"
+    assert "final_logit_softcapping" in _why_llama_cpp(capped)
+    with monkeypatch.context() as m:
+        m.setenv("STRUCTSPEC_NATIVE_HEAD", "0")
+        assert _why_llama_cpp(plain) == "turned off (STRUCTSPEC_NATIVE_HEAD=0)"
+    with monkeypatch.context() as m:
+        m.setenv("STRUCTSPEC_HEAD_ISA", "neon")
+        assert _why_llama_cpp(plain).startswith("STRUCTSPEC_HEAD_ISA=neon is none of")
+    with monkeypatch.context() as m:  # a CPU without AVX2
+        m.setattr(native, "isa_supported", lambda isa: False)
+        assert _why_llama_cpp(plain).startswith("this CPU has none of the kernel's instruction")
+    with monkeypatch.context() as m:  # a checkout where _head.c was never compiled
+        m.setattr(native, "_lib", False)
+        assert "kernel is not built" in _why_llama_cpp(plain)
+    with monkeypatch.context() as m:
+        m.setattr(native.HiddenStates, "create", classmethod(lambda cls: None))
+        assert "eval callback" in _why_llama_cpp(plain)
+    with monkeypatch.context() as m:
+        real = native.NativeHead.logits
+        m.setattr(
+            native.NativeHead,
+            "logits",
+            lambda self, hidden, threads, stop=None: real(self, hidden, threads, stop) + 1.0,
+        )
+        assert _why_llama_cpp(plain).startswith("the load-time check failed")

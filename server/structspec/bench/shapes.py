@@ -19,7 +19,9 @@ real architecture, hyper-parameters, vocabulary size and quantization mix and
    does not take the others with it): load time, peak RSS, prompt tokens/s,
    decode tokens/s (one row per pass), the verification cost table (1-16
    rows) with the head structspec uses and, where that is its own kernel,
-   with llama.cpp's head beside;
+   with llama.cpp's head beside; and each head's own cost (``measure_head_ms``):
+   passes of 1, 4, 8 and 16 rows with each head and with none, so that a
+   head's share of a pass shows where the layers dominate it (1.5B-7B);
 3. replays the recorded greedy outputs (``bench/replay.py``; the recordings
    are of the default model, so the acceptance is that model's) under each
    shape's cost table: the speed-up speculation would give at that cost;
@@ -29,6 +31,11 @@ real architecture, hyper-parameters, vocabulary size and quantization mix and
 
 The weights are random: the figures say what a pass costs, nothing about the
 quality of a suggestion.
+
+The output head, per shape (``head_ms``, ``head_type``, ``head_reason``,
+``head_verdict``): which code computes it and why (``LlamaModel.head_reason``,
+decided at load), and where structspec's kernel covers the head's type, the
+ratio of the two heads' own costs at 8 rows against ``HEAD_TARGET``.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from structspec.bench.shape_models import (
     DEFAULT,
@@ -55,10 +62,21 @@ from structspec.bench.shape_models import (
 from structspec.config import Settings
 from structspec.rates import WARM_S, Rates, adaptive_defaults
 
+if TYPE_CHECKING:
+    from structspec.model.llama import LlamaModel
+
 #: A new place should be warm within this many seconds (the window's budget).
 WINDOW_SECONDS = WARM_S
 #: The cost table's row counts (``runtime.measure_verify_cost``).
 ROWS = 16
+#: The row counts of each head's own cost (``measure_head_ms``).
+HEAD_ROWS = (1, 4, 8, 16)
+#: Where the kernel covers the head's type, a pass's head of ``HEAD_VERDICT_ROWS``
+#: rows should cost at most this share of llama.cpp's (issue 31).
+HEAD_TARGET = 0.8
+HEAD_VERDICT_ROWS = 8
+#: Repetitions of each head-cost measurement (the median is kept).
+HEAD_REPS = 5
 
 # -- measuring one model (in a child process) -------------------------------
 _TEXT = (
@@ -80,6 +98,102 @@ def _peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def measure_head_ms(
+    model: LlamaModel, *, rows: Sequence[int] = HEAD_ROWS, reps: int = HEAD_REPS
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Each head's own cost per row count (ms), and the pass with no head, of a ``LlamaModel``.
+
+    On a 1.5B-7B model the layers are most of a verification pass, so the
+    whole pass hides what its head costs. For each row count these passes run
+    back to back after the same 400-token context: a verification pass with
+    the head in use, one with llama.cpp's (where the head in use is
+    structspec's), and the same rows decoded with no logits. With no row
+    asking for logits llama.cpp computes no output row: the last layer
+    gathers the output rows (``ggml_get_rows`` by ``out_ids``) before its
+    feed-forward, and ggml skips empty tensors, so the output matrix is not
+    touched; that pass also skips the last layer's feed-forward on those rows,
+    which every head pays alike (the ratio of two heads is, if anything, too
+    close to 1). The passes of each row count are interleaved in every
+    repetition, so drift of a shared machine hits them alike; a head's cost is
+    the median of its passes less the median of the no-head passes (a median
+    each: a pass stalled by another process spoils one sample, not a
+    difference), at least 0. Row keys are strings (as JSON has them).
+
+    Returns ``({head: {rows: ms}}, {rows: no-head pass ms})``.
+    """
+    text = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
+    context = model.tokenize(text * 12)[:400]
+    probe = model.tokenize(text * 2, add_bos=False)[:16]
+    heads = [model.head] if model.head == "llama.cpp" else [model.head, "llama.cpp"]
+
+    def run(head: str | None, n: int) -> float:
+        t0 = time.perf_counter()
+        if head is None:
+            model.prefill([*context, *probe[:n]])  # no row asks for logits
+        elif head == model.head:
+            model.verify(probe[:n])
+        else:
+            with model.llama_cpp_head():
+                model.verify(probe[:n])
+        ms = (time.perf_counter() - t0) * 1000.0
+        model.truncate(len(context))
+        return ms
+
+    # every pass on the same threads, whatever other processes do meanwhile
+    with model.threads_pinned(model.threads):
+        model.prefill(context)
+        for head in [*heads, None]:  # warm-up: the first pass of a shape pages its code in
+            run(head, max(rows))
+        passes: dict[str | None, dict[int, list[float]]] = {
+            h: {n: [] for n in rows} for h in [*heads, None]
+        }
+        for _ in range(reps):
+            for n in rows:
+                for head, by_rows in passes.items():
+                    by_rows[n].append(run(head, n))
+        model.truncate(0)
+
+    med = {h: {n: sorted(v)[len(v) // 2] for n, v in by.items()} for h, by in passes.items()}
+    bare = med.pop(None)
+    head_ms = {
+        str(h): {str(n): max(0.0, ms - bare[n]) for n, ms in by.items()} for h, by in med.items()
+    }
+    return head_ms, {str(n): ms for n, ms in bare.items()}
+
+
+def head_verdict(r: dict[str, Any]) -> dict[str, Any]:
+    """The head verdict of one shape's measurement ``r`` (``head_ms``, ``head``, ``head_reason``).
+
+    Where both heads were measured: structspec's ``HEAD_VERDICT_ROWS``-row
+    head cost over llama.cpp's, and whether it is at most ``HEAD_TARGET``.
+    Where only llama.cpp's was: why it is kept (``head_reason``).
+    """
+    key = str(HEAD_VERDICT_ROWS)
+    ours = r.get("head_ms", {}).get("structspec", {}).get(key)
+    theirs = r.get("head_ms", {}).get("llama.cpp", {}).get(key)
+    verdict: dict[str, Any] = {
+        "rows": HEAD_VERDICT_ROWS,
+        "target": HEAD_TARGET,
+        "ratio": None,
+        "met": None,
+    }
+    if ours is None or theirs is None:
+        verdict["text"] = f"llama.cpp's head is kept: {r.get('head_reason') or 'unknown'}"
+    elif theirs <= 0.0:
+        verdict["text"] = (
+            f"llama.cpp's head measured no cost at {HEAD_VERDICT_ROWS} rows (noise): no ratio"
+        )
+    else:
+        ratio = ours / theirs
+        met = ratio <= HEAD_TARGET
+        verdict.update(ratio=ratio, met=met)
+        verdict["text"] = (
+            f"{HEAD_VERDICT_ROWS} rows: structspec's head costs {ratio:.2f}x llama.cpp's "
+            f"(target <= {HEAD_TARGET:g}x: {'met' if met else 'NOT met'})"
+        )
+    return verdict
 
 
 def measure_model(
@@ -112,6 +226,7 @@ def measure_model(
     if model.head != "llama.cpp":
         with model.llama_cpp_head():
             verify["llama.cpp"] = list(measure_verify_cost(model).ms)
+    head_ms, no_head_ms = measure_head_ms(model)
     result = {
         "model": file.name,
         "file_mb": file.stat().st_size / 2**20,
@@ -124,7 +239,11 @@ def measure_model(
         "decode_tokens": decode_tokens,
         "decode_tps": decode_tokens / decode_s,
         "head": model.head,
+        "head_type": model.head_type,
+        "head_reason": model.head_reason,
         "verify_ms": verify,
+        "head_ms": head_ms,
+        "no_head_ms": no_head_ms,
     }
     model.close()
     result["rss_mb"] = _peak_rss_mb()
@@ -259,7 +378,60 @@ def render_markdown(report: dict[str, Any]) -> str:
             "takes Q8_0 and Q6_K heads on CPUs with AVX2, AVX-VNNI or AVX-512 VNNI, once it "
             "agrees with llama.cpp's logits at load; anything else keeps llama.cpp's).",
         ]
+        lines += _head_section(measured)
     return "\n".join(lines) + "\n"
+
+
+def _head_section(measured: dict[str, dict[str, Any]]) -> list[str]:
+    """The section "The output head": each head's own cost per row count, the verdict."""
+    shown = {n: r for n, r in measured.items() if r.get("head_ms")}
+    if not shown:
+        return []
+    lines = [
+        "",
+        "## The output head",
+        "",
+        "On a 1.5B-7B model the layers are most of a pass, so the whole-pass tables above "
+        "hide what the head costs. Each head's own cost: a verification pass of n rows with "
+        "that head, less the same rows decoded with no logits (llama.cpp then computes no "
+        "output row, and skips the last layer's feed-forward on those rows too, which both "
+        "heads pay: the ratio is if anything too close to 1); the median of "
+        f"{HEAD_REPS} repetitions, the heads, the no-head pass and the row counts interleaved. "
+        f"Where structspec's kernel covers the head's type, {HEAD_VERDICT_ROWS} rows should "
+        f"cost at most {HEAD_TARGET:g}x llama.cpp's head; elsewhere the reason llama.cpp's "
+        "head is kept is given (decided when the model loads: `LlamaModel.head_reason`).",
+    ]
+    for name, r in shown.items():
+        head_ms: dict[str, dict[str, float]] = r["head_ms"]
+        heads = [h for h in ("structspec", "llama.cpp") if h in head_ms]
+        verdict = r.get("head_verdict") or head_verdict(r)
+        lines += [
+            "",
+            f"### {name}",
+            "",
+            f"Head type {r.get('head_type') or 'unknown'}; head used: {r['head']}; "
+            f"why: {r.get('head_reason') or 'not recorded'}.",
+            "",
+            "| rows | "
+            + " | ".join(f"{h} head ms" for h in heads)
+            + " | no-head pass ms |"
+            + (" structspec / llama.cpp |" if len(heads) == 2 else ""),
+            "| --- |" + " --- |" * (len(heads) + 1 + (len(heads) == 2)),
+        ]
+        for n in HEAD_ROWS:
+            key = str(n)
+            cells = [_ms(head_ms[h].get(key)) for h in heads]
+            cells.append(_ms(r.get("no_head_ms", {}).get(key)))
+            if len(heads) == 2:
+                ours, theirs = head_ms["structspec"].get(key), head_ms["llama.cpp"].get(key)
+                cells.append(f"{ours / theirs:.2f}x" if ours is not None and theirs else "n/a")
+            lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        lines += ["", f"Verdict: {verdict['text']}."]
+    return lines
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
 
 
 # -- the command ----------------------------------------------------------------
@@ -341,6 +513,7 @@ def run_shapes(args: argparse.Namespace, command: str) -> int:
             failed = True
             continue
         r["window_tokens"] = window_tokens(r["prompt_tps"], r["decode_tps"])
+        r["head_verdict"] = head_verdict(r)
         report["shapes"][name] = r
     tables = {n: r["verify_ms"][r["head"]] for n, r in report["shapes"].items() if "error" not in r}
     from structspec.bench.replay import ReplayError

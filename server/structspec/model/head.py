@@ -31,6 +31,10 @@ AVX-VNNI, else AVX2. ``STRUCTSPEC_HEAD_ISA`` (``avx512``, ``avxvnni``,
 ``avx2``) forces one, so that a machine with AVX-512 measures the path a
 laptop takes; a forced one this CPU lacks leaves llama.cpp's head.
 ``STRUCTSPEC_NATIVE_HEAD=0`` turns the kernel off.
+
+Why a model's head is or is not the kernel's is said in one line
+(``NoNativeHead``'s message, ``NativeHead.covers``), kept on the model
+(``LlamaModel.head_reason``) for the reports and the status.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from structspec.model.gguf_file import read_header
+from structspec.model.gguf_file import GGUFHeader, TensorInfo, read_header
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +55,14 @@ Q8_0 = 8  # ggml_type of Q8_0
 Q6_K = 14  # ggml_type of Q6_K
 #: The types the kernel takes: (values per block, bytes per block) in ggml's layout.
 BLOCKS: dict[int, tuple[int, int]] = {Q8_0: (32, 34), Q6_K: (256, 210)}
-_TYPE_NAMES = {Q8_0: "Q8_0", Q6_K: "Q6_K"}
+#: ggml's tensor types by number (``enum ggml_type`` of ggml.h), for the reports.
+GGML_TYPES: dict[int, str] = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1",
+    10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS",
+    17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S",
+    23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M",
+    30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
+}  # fmt: skip
 
 #: ``_head.c``'s instruction sets (``SS_ISA_*``), the preferred first.
 ISAS: dict[str, int] = {"avx512": 3, "avxvnni": 2, "avx2": 1}
@@ -69,6 +80,15 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "ss_head_logits": (_int, [_int, _int, _ptr, _i64, _i64, _ptr, _i64, _ptr, _ptr, _int, _ptr]),
     "ss_capture_size": (_size, []),
 }
+
+
+class NoNativeHead(Exception):
+    """structspec's head does not apply to a model; the message says why, in one line."""
+
+
+def type_name(qtype: int) -> str:
+    """ggml's name of tensor type ``qtype`` (``Q6_K``), ``ggml type N`` for one it does not list."""
+    return GGML_TYPES.get(qtype, f"ggml type {qtype}")
 
 
 def _kernel() -> Any | None:
@@ -100,31 +120,42 @@ def isa_supported(isa: str) -> bool:
     return bool(lib is not None and isa in ISAS and lib.ss_head_isa_supported(ISAS[isa]))
 
 
+def isa_choice() -> tuple[str | None, str]:
+    """The instruction set the kernel runs with here and, where it has none, why.
+
+    The best this CPU has, or the one ``STRUCTSPEC_HEAD_ISA`` names. ``(None,
+    why)``: the kernel is not built, this CPU has none of its instruction
+    sets, or the environment names one this CPU lacks or the kernel does not
+    know.
+    """
+    if _kernel() is None:
+        return None, "structspec's head kernel is not built (server/structspec/model/_head.c)"
+    forced = os.environ.get("STRUCTSPEC_HEAD_ISA", "").strip().lower()
+    if forced in ("", "auto"):
+        best = next((isa for isa in ISAS if isa_supported(isa)), None)
+        if best is None:
+            return None, f"this CPU has none of the kernel's instruction sets ({', '.join(ISAS)})"
+        return best, ""
+    if forced not in ISAS:
+        return None, f"STRUCTSPEC_HEAD_ISA={forced} is none of {', '.join(ISAS)}"
+    if not isa_supported(forced):
+        return None, f"STRUCTSPEC_HEAD_ISA={forced}: this CPU (or this build) lacks it"
+    return forced, ""
+
+
 def chosen_isa() -> str | None:
     """The instruction set the kernel runs with here, ``None`` where it has none.
 
-    The best this CPU has, or the one ``STRUCTSPEC_HEAD_ISA`` names; a name
-    this CPU lacks, or no name the kernel knows, gives ``None`` (logged):
-    llama.cpp computes the head.
+    See ``isa_choice``; a name in ``STRUCTSPEC_HEAD_ISA`` that gives none is
+    logged: llama.cpp computes the head.
     """
-    forced = os.environ.get("STRUCTSPEC_HEAD_ISA", "").strip().lower()
-    if forced in ("", "auto"):
-        return next((isa for isa in ISAS if isa_supported(isa)), None)
-    if forced not in ISAS:
-        log.warning(
-            "STRUCTSPEC_HEAD_ISA=%s is none of %s: llama.cpp computes the output head",
-            forced,
-            ", ".join(ISAS),
-        )
-        return None
-    if not isa_supported(forced):
-        log.warning(
-            "STRUCTSPEC_HEAD_ISA=%s: this CPU (or this build) lacks it: "
-            "llama.cpp computes the output head",
-            forced,
-        )
-        return None
-    return forced
+    isa, why = isa_choice()
+    if isa is None and os.environ.get("STRUCTSPEC_HEAD_ISA", "").strip().lower() not in (
+        "",
+        "auto",
+    ):
+        log.warning("%s: llama.cpp computes the output head", why)
+    return isa
 
 
 def kernel_available() -> bool:
@@ -165,7 +196,7 @@ class NativeHead:
         isa = isa or chosen_isa()
         if lib is None or isa is None or not isa_supported(isa):
             raise RuntimeError(f"structspec's head kernel has no {isa or 'path'} for this CPU")
-        name = _TYPE_NAMES.get(qtype, f"ggml type {qtype}")
+        name = type_name(qtype)
         size = lib.ss_head_packed_bytes(qtype, rows, cols)
         data = np.ascontiguousarray(blocks, dtype=np.uint8)
         if not size or data.nbytes != _matrix_bytes(qtype, rows, cols):
@@ -179,29 +210,58 @@ class NativeHead:
     def from_gguf(cls, path: Path, n_vocab: int, n_embd: int) -> NativeHead | None:
         """The head of the GGUF at ``path``, or ``None`` where the kernel does not apply.
 
+        ``open`` without the reason.
+        """
+        try:
+            return cls.open(path, n_vocab, n_embd)
+        except NoNativeHead:
+            return None
+
+    @classmethod
+    def open(cls, path: Path, n_vocab: int, n_embd: int) -> NativeHead:
+        """The head of the GGUF at ``path``; ``NoNativeHead`` (why) where the kernel does not apply.
+
         The output matrix is ``output.weight``, or the token embedding where the
-        model ties them (Gemma). ``None``: another storage type than Q8_0 or
-        Q6_K, a shape other than ``n_vocab x n_embd``, logit soft-capping (the
-        kernel returns raw logits), or no kernel for this CPU.
+        model ties them (Gemma). It does not apply with another storage type
+        than Q8_0 or Q6_K, a shape other than ``n_vocab x n_embd``, logit
+        soft-capping (the kernel returns raw logits), or no kernel for this CPU.
         """
         isa = chosen_isa()
         if isa is None:
-            return None
-        layout = read_header(path)
+            raise NoNativeHead(isa_choice()[1])
+        try:
+            layout = read_header(path)
+        except (OSError, ValueError) as exc:
+            raise NoNativeHead(f"the GGUF's header could not be read: {exc}") from None
         arch = layout.strings.get("general.architecture", "")
         for key in (f"{arch}.final_logit_softcapping", f"{arch}.logit_scale"):
             if layout.numbers.get(key, 0.0) not in (0.0, 1.0):
-                return None
-        tensor = layout.tensors.get("output.weight") or layout.tensors.get("token_embd.weight")
+                raise NoNativeHead(f"the model sets {key} (the kernel returns raw logits)")
+        tensor = head_tensor(layout)
         if tensor is None or tensor.shape != (n_embd, n_vocab):
-            return None
+            raise NoNativeHead(f"the GGUF has no {n_vocab} x {n_embd} output matrix")
+        if tensor.type not in BLOCKS:
+            covered = ", ".join(type_name(t) for t in BLOCKS)
+            raise NoNativeHead(
+                f"the kernel does not cover the head type {type_name(tensor.type)} "
+                f"(it takes {covered})"
+            )
         size = _matrix_bytes(tensor.type, n_vocab, n_embd)
         start = layout.data_start + tensor.offset
-        if not size or start + size > path.stat().st_size:
-            return None
+        if not size:
+            raise NoNativeHead(f"{n_embd} columns are not whole {type_name(tensor.type)} blocks")
+        if start + size > path.stat().st_size:
+            raise NoNativeHead("the GGUF ends inside its output matrix")
         # read through a map: the pages are the ones llama.cpp maps for the same file
         blocks = np.memmap(path, dtype=np.uint8, mode="r", offset=start, shape=(size,))
-        return cls.from_blocks(blocks, tensor.type, n_vocab, n_embd, isa)
+        try:
+            return cls.from_blocks(blocks, tensor.type, n_vocab, n_embd, isa)
+        except (ValueError, RuntimeError) as exc:
+            raise NoNativeHead(f"the kernel refused the matrix: {exc}") from None
+
+    def covers(self) -> str:
+        """Why this head is used, in one line (``LlamaModel.head_reason``)."""
+        return f"the kernel covers {type_name(self.qtype)} ({self.isa})"
 
     def logits(
         self, hidden: np.ndarray, threads: int, stop: int | None = None
@@ -240,6 +300,20 @@ class NativeHead:
         if rc != 0:
             raise RuntimeError("structspec's head kernel failed")
         return out
+
+
+def head_tensor(layout: GGUFHeader) -> TensorInfo | None:
+    """The output matrix of a GGUF: ``output.weight``, else the tied token embedding."""
+    return layout.tensors.get("output.weight") or layout.tensors.get("token_embd.weight")
+
+
+def head_type(path: str | os.PathLike[str]) -> str:
+    """ggml's name of the type of the GGUF's output matrix (``Q6_K``); ``""`` if unreadable."""
+    try:
+        tensor = head_tensor(read_header(path))
+    except (OSError, ValueError):
+        return ""
+    return "" if tensor is None else type_name(tensor.type)
 
 
 def _matrix_bytes(qtype: int, rows: int, cols: int) -> int:

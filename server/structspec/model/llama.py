@@ -24,7 +24,11 @@ Output head: a verification pass's logits are computed by structspec's own
 kernel (``model/head.py``) where it applies: llama.cpp hands over the final
 hidden states through its eval callback and skips its own head, whose Q8_0
 matrix multiply costs as much per drafted row as a whole one-token pass.
-``head`` names the code in use: ``"structspec"`` or ``"llama.cpp"``.
+``head`` names the code in use: ``"structspec"`` or ``"llama.cpp"``;
+``head_reason`` says why, in one line (the kernel covers the type, or what
+kept llama.cpp's: the kernel not built, no instruction set for this CPU, a
+type it does not cover, soft-capping, the load-time check failed), and
+``head_type`` is the output matrix's GGUF type (``Q6_K``).
 
 Interruption: inside ``interrupted_by(stop)`` llama.cpp's abort callback reads
 ``stop``'s flag after every node of the graph, and structspec's head kernel
@@ -59,7 +63,13 @@ from structspec.model.base import (
     TokenCheck,
     common_prefix_len,
 )
-from structspec.model.head import HiddenStates, NativeHead, enabled_by_environment
+from structspec.model.head import (
+    HiddenStates,
+    NativeHead,
+    NoNativeHead,
+    enabled_by_environment,
+    head_type,
+)
 from structspec.model.paths import check_gguf_file
 from structspec.model.prefix_cache import RESTORE_MIN, PrefixCache
 from structspec.model.threads import IdleMeter, ThreadGovernor
@@ -119,18 +129,21 @@ def _init_backend() -> None:
         _llama_backend_ready = True
 
 
-def _native_head(path: Path, model_ptr: object) -> NativeHead | None:
-    """structspec's output head for the loaded model, ``None`` where it does not apply."""
+def _native_head(path: Path, model_ptr: object) -> tuple[NativeHead | None, str]:
+    """structspec's output head for the loaded model (``None`` where it does not apply), and why."""
     if not enabled_by_environment():
-        return None
+        return None, "turned off (STRUCTSPEC_NATIVE_HEAD=0)"
     import llama_cpp
 
     n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model_ptr))
     n_embd = llama_cpp.llama_model_n_embd(model_ptr)
     try:
-        return NativeHead.from_gguf(path, n_vocab, n_embd)
-    except (OSError, ValueError, RuntimeError):
-        return None
+        head = NativeHead.open(path, n_vocab, n_embd)
+    except NoNativeHead as exc:
+        return None, str(exc)
+    except (OSError, ValueError, RuntimeError) as exc:  # the file changed under us
+        return None, f"the output matrix could not be read: {exc}"
+    return head, head.covers()
 
 
 class _Slot:
@@ -245,6 +258,10 @@ class LlamaModel:
         self._head: NativeHead | None = None
         #: The code that computes a verification pass's output head.
         self.head = "llama.cpp"
+        #: Why that code computes it, in one line (set at load: ``load``, ``_attach_head``).
+        self.head_reason = "structspec's head was not tried"
+        #: The GGUF type of the output matrix (``Q6_K``), ``""`` where it was not read.
+        self.head_type = ""
         #: Evaluated prefixes on disk (``runtime.open_model`` attaches it), or ``None``.
         self.prefix_cache: PrefixCache | None = None
 
@@ -290,8 +307,10 @@ class LlamaModel:
         cparams.no_perf = True
         # the eval callback only where structspec's head applies: it is asked
         # about every node of every decode
-        head = _native_head(p, model)
+        head, reason = _native_head(p, model)
         hidden = HiddenStates.create() if head is not None else None
+        if head is not None and hidden is None:
+            reason = "llama.cpp's eval callback cannot hand the hidden states to the kernel"
         if hidden is not None:
             cparams.cb_eval = hidden.callback
             cparams.cb_eval_user_data = hidden.user_data
@@ -309,6 +328,8 @@ class LlamaModel:
             slots=slots,
             hidden=hidden,
         )
+        loaded.head_type = head_type(p)
+        loaded.head_reason = reason
         if head is not None and hidden is not None:
             loaded._attach_head(head)
         return loaded
@@ -333,14 +354,19 @@ class LlamaModel:
             got = None
         self.truncate(0)
         scale = max(1.0, float(np.abs(expected).max()))
-        if (
-            got is None
-            or got.shape != expected.shape
-            or np.abs(got - expected).max() > 1e-3 * scale
-        ):
+        if got is None or got.shape != expected.shape:
             self._head = None
+            self.head_reason = "the load-time check failed: the kernel gave no logits"
+            return
+        worst = float(np.abs(got - expected).max())
+        if worst > 1e-3 * scale:
+            self._head = None
+            self.head_reason = (
+                f"the load-time check failed: its logits differ from llama.cpp's by {worst:.3g}"
+            )
             return
         self.head = "structspec"
+        self.head_reason = head.covers()
 
     def close(self) -> None:
         if self._closed:
