@@ -11,6 +11,7 @@ import pytest
 from structspec.config import Settings
 from structspec.rates import (
     ADAPTIVE,
+    FIRST_WINDOW_FLOOR,
     KEYSTROKE_S,
     MAX_TOKENS_MIN,
     MIN_PASSES,
@@ -20,6 +21,7 @@ from structspec.rates import (
     adapt,
     adaptive_defaults,
     first_suggestion_s,
+    first_window_cap,
 )
 
 SHAPES_JSON = Path(__file__).parent.parent / "docs" / "BENCHMARKS-shapes.json"
@@ -125,3 +127,18 @@ def test_rates_must_be_positive_numbers(bad):
 def test_first_suggestion_time():
     # 326 tokens at 163 tokens/s, then 173 ms of generation
     assert first_suggestion_s(Rates(163.0, 11.6), 326, 173) == pytest.approx(2.173)
+
+
+def test_the_first_window_cap_is_what_the_prompt_rate_evaluates_in_two_seconds():
+    assert first_window_cap(42.9) == 85  # Qwen2.5-Coder-7B Q4_K_M on 2 cores: not 128
+    assert first_window_cap(163.1) == 326  # the 1.5B, whatever windowTokens says
+    assert first_window_cap(669.0) == 1338  # the default model: above its first window
+    assert first_window_cap(5.0) == FIRST_WINDOW_FLOOR
+    for bad in (0.0, -3.0, float("nan")):
+        assert first_window_cap(bad) == FIRST_WINDOW_FLOOR
+    assert first_window_cap(float("inf")) >= 2**30
+
+
+@pytest.mark.parametrize("prompt_tps", [16.0, 31.6, 42.9, 88.9, 163.1, 800.6])
+def test_the_first_window_evaluates_within_the_warm_target(prompt_tps: float):
+    assert first_window_cap(prompt_tps) / prompt_tps <= WARM_S

@@ -11,6 +11,12 @@ machine, then cached) choose the defaults of those three settings
 (``adaptive_defaults``); a value the user set anywhere (config file,
 environment, flag, LSP / VS Code setting) is kept (``adapt``).
 
+A set value does not lift the 2 s promise at a new place, though: the first
+answer there comes from a window no longer than the prompt rate evaluates in
+``WARM_S`` (``first_window_cap``), whatever ``windowTokens`` says, and below
+``WINDOW_MIN`` too (a 7B model at 43 prompt tokens/s would take 3 s for 128
+tokens); pre-warm then grows it to the window in effect while the user reads.
+
 Pure: rates in, settings out, nothing measured or read here.
 """
 
@@ -34,8 +40,12 @@ KEYSTROKE_S = 0.25
 #: rate (the pre-generation finishes it while the user reads the start).
 SUGGESTION_S = 2.0
 #: The smallest window chosen: less than a screen of code leaves the model
-#: little to go on, and a machine that slow is told its first-suggestion time.
+#: little to go on. On a machine that slow pre-warm fills it in the background
+#: while the first answer at a new place comes from fewer (``first_window_cap``).
 WINDOW_MIN = 128
+#: The fewest tokens a first answer's window at a new place holds, however slow
+#: the model (``first_window_cap``): a few lines before the cursor.
+FIRST_WINDOW_FLOOR = 32
 #: The fewest decode passes a keystroke's generation budget allows, so that a
 #: slow model still writes something before the budget ends.
 MIN_PASSES = 2
@@ -70,8 +80,9 @@ def adaptive_defaults(rates: Rates) -> dict[str, int]:
     - ``window_tokens``: what is evaluated in ``WARM_S`` at the prompt rate,
       so a new place is warm within about 2 s; at most the static default
       (1,536: longer windows were not measured to complete better), at least
-      ``WINDOW_MIN`` (below 64 prompt tokens/s the 2 s are not met; the status
-      says how long it takes).
+      ``WINDOW_MIN`` (below 64 prompt tokens/s the window takes longer than
+      2 s: pre-warm evaluates it in the background, and the first answer at a
+      new place comes from ``first_window_cap``'s tokens).
     - ``max_generation_ms``: ``KEYSTROKE_S`` less one decode pass, the pass
       the model takes past the budget to finish its word (so the answer comes
       near 250 ms); at least ``MIN_PASSES`` passes, so that a slow model's
@@ -109,10 +120,32 @@ def adapt(settings: Settings, rates: Rates | None, explicit: Collection[str]) ->
     return dataclasses.replace(settings, **chosen) if chosen else settings
 
 
+def first_window_cap(prompt_tps: float) -> int:
+    """Most window tokens of a first answer at a new place: what is evaluated in ``WARM_S``.
+
+    The window in effect (``windowTokens``, set or adaptive) is what pre-warm
+    keeps warm; the first answer at a place no KV slot holds waits for its
+    window's evaluation, so that window is at most this many tokens, whatever
+    ``windowTokens`` says and below the first window's quality floor
+    (``completion.prompt.FIRST_WINDOW_MIN``, 512): Qwen2.5-Coder-1.5B at 163
+    prompt tokens/s with ``windowTokens`` 1,536 answers from 326 tokens in 2 s
+    instead of 512 in 3.1 s, and the 7B at 43 tokens/s from 85 instead of the
+    adaptive floor's 128 (3 s). At least ``FIRST_WINDOW_FLOOR``; a rate that
+    is not a positive number gives the floor.
+    """
+    if not prompt_tps > 0.0:  # also NaN
+        return FIRST_WINDOW_FLOOR
+    if math.isinf(prompt_tps):
+        return 2**31 - 1
+    return max(FIRST_WINDOW_FLOOR, int(prompt_tps * WARM_S))
+
+
 def first_suggestion_s(rates: Rates, window: int, max_generation_ms: int) -> float:
     """Seconds a first suggestion at a new place takes: ``window`` tokens, then the generation.
 
     An estimate for the status: the window's evaluation at the prompt rate,
-    then the generation budget (the model then finishes its word).
+    then the generation budget (the model then finishes its word). ``window``
+    is the first window (``completion.prompt.first_window_tokens``: at most
+    ``first_window_cap``).
     """
     return window / rates.prompt_tps + max_generation_ms / 1000.0

@@ -101,6 +101,14 @@ def test_the_window_is_what_the_prompt_rate_evaluates_in_two_seconds() -> None:
     assert window_tokens(5000.0, 10.0) == 1536
 
 
+def test_the_first_window_at_a_new_place_is_evaluated_within_two_seconds() -> None:
+    # Qwen2.5-Coder-7B measured 42.9 prompt tokens/s: the window is the 128-token floor
+    # (3 s), the first answer's window 85 tokens (2 s)
+    assert window_tokens(42.9, 3.0) == 128
+    assert shapes.first_window(42.9, 128) == 85
+    assert shapes.first_window(800.6, 1536) == 512  # the default model: its quality floor
+
+
 def _canned() -> dict:
     table = [10.0 + 2.0 * n for n in range(16)]
     return {
@@ -130,6 +138,7 @@ def _canned() -> dict:
                 "head_ms": {"llama.cpp": {"1": 9.0, "4": 20.0, "8": 31.0, "16": 60.0}},
                 "no_head_ms": {"1": 40.0, "4": 80.0, "8": 120.0, "16": 200.0},
                 "window_tokens": 300,
+                "first_window_tokens": 300,
                 "predicted_speedup": 1.8,
                 "predicted_speedup_by_recording": {"humaneval-40x128.replay.json": 1.8},
             },
@@ -149,6 +158,7 @@ def _canned() -> dict:
                 },
                 "no_head_ms": {"1": 10.0, "4": 12.0, "8": 16.0, "16": 25.0},
                 "window_tokens": 1536,
+                "first_window_tokens": 512,
                 "predicted_speedup": 2.1,
                 "predicted_speedup_by_recording": {"humaneval-40x128.replay.json": 2.1},
             },
@@ -163,7 +173,8 @@ def test_the_report_says_the_weights_are_random_and_shows_both_heads() -> None:
     assert "Test CPU, 2 CPUs, 2 threads" in text and "9.50, 8.00, 7.00" in text
     assert "`python -m structspec.bench.shapes --shape Qwen2.5-Coder-0.5B`" in text
     assert (
-        "| Qwen2.5-Coder-0.5B | 380 | 0.4 | 520 | 150.0 | 20.0 | llama.cpp | 300 | 1.80x |" in text
+        "| Qwen2.5-Coder-0.5B | 380 | 0.4 | 520 | 150.0 | 20.0 | llama.cpp | 300 | 300 (2.0 s) "
+        "| 1.80x |" in text
     )
     assert "default (structspec) | default (llama.cpp)" in text
     assert "| 8 | 24.0 | 24.0 | 48.0 |" in text
@@ -176,7 +187,7 @@ def test_the_json_carries_the_fields_per_shape(tmp_path: Path, monkeypatch) -> N
         k: {
             key: v
             for key, v in r.items()
-            if not key.startswith(("window", "predicted", "head_verdict"))
+            if not key.startswith(("window", "first_window", "predicted", "head_verdict"))
         }
         for k, r in canned.items()
         if "error" not in r
@@ -229,6 +240,7 @@ def test_the_json_carries_the_fields_per_shape(tmp_path: Path, monkeypatch) -> N
     kept = data["shapes"][shape.name]["head_verdict"]
     assert kept["ratio"] is None and "Q4_K" in kept["text"]
     assert data["shapes"][shape.name]["window_tokens"] == 300
+    assert data["shapes"][shape.name]["first_window_tokens"] == 300  # 2 s at 150 tokens/s
     assert data["shapes"]["default"]["predicted_speedup"] == 1.5
     assert md.read_text() == render_markdown(data)
 

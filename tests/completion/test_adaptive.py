@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.completion.conftest import SCRIPTED_PROMPT_RATE
-from tests.completion.test_prewarm import wait_for
+from tests.completion.test_prewarm import PY, RecordingStandIn, wait_for
 
 from structspec.completion.prewarm import DEFAULT_PROMPT_RATE, PromptRate
 from structspec.completion.prompt import (
@@ -156,3 +156,74 @@ def test_first_window_tokens():
     assert first_window_tokens(163.1, 326) == 326  # the floor (512) is above the budget
     assert first_window_tokens(669.0, 1338) == 512  # the floor
     assert first_window_tokens(4000.0, 1536) == 1000  # a quarter second at the rate
+    # a slow model: what 2 s evaluate, below the floor and whatever the budget
+    assert first_window_tokens(163.1, 1536) == 326
+    assert first_window_tokens(42.9, 128) == 85
+
+
+#: ``PromptRate.observe`` as it measures (conftest.py scripts it at 1,000 tokens/s).
+_OBSERVE = PromptRate.observe
+
+
+def _scripted_chunks(monkeypatch, tokens_per_s: float) -> None:
+    """Every prefill chunk measures ``tokens_per_s`` (the model's measured rate)."""
+    monkeypatch.setattr(
+        PromptRate, "observe", lambda self, n, s: _OBSERVE(self, n, n / tokens_per_s)
+    )
+
+
+def test_an_explicit_window_is_capped_at_a_new_place_and_grown_by_prewarm(monkeypatch):
+    """windowTokens 1536 on Qwen2.5-Coder-1.5B's rates: a first answer from 326 tokens (2 s)."""
+    _scripted_chunks(monkeypatch, CODER_1_5B.prompt_tps)
+    model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
+    uri = "file:///p/a.py"
+
+    async def scenario():
+        svc = CompletionService(
+            Settings(model="standin", debounce_ms=0, sources=("lookup",), window_tokens=1536),
+            explicit={"window_tokens"},
+            open_model=lambda spec, **kw: model,
+            model_rates=lambda model, announce: CODER_1_5B,
+        )
+        svc.open_document(uri, "python", 1, PY)
+        await wait_for(lambda: svc.stats.prewarmed == 1)  # the top of the document
+        cost = svc.status().cost
+        model.prefills.clear()
+        await svc.complete(CompletionRequest(uri, 110, 5, invoked=True))  # a jump
+        first = max(n for n, _ in model.prefills)
+        first_cut = svc._sessions[uri].cut
+        await wait_for(lambda: svc.stats.prewarmed == 2)  # pre-warm grew the window there
+        grown_cut = svc._sessions[uri].cut
+        model.prefills.clear()
+        await svc.complete(CompletionRequest(uri, 110, 4, invoked=True))
+        after = model.prefills[0]
+        settings = svc.settings
+        svc.close()
+        assert svc.join()
+        return cost, first, first_cut, grown_cut, after, settings
+
+    cost, first, first_cut, grown_cut, after, settings = asyncio.run(scenario())
+    assert settings.window_tokens == 1536  # the explicit setting stays the window in effect
+    assert first <= 326 + 1  # BOS and a window evaluated in 2 s at 163.1 tokens/s
+    assert grown_cut < first_cut  # pre-warm grew it to the 1536-token window
+    tokens, reused = after
+    assert tokens > 600 and reused >= tokens - 2  # the full window, cached
+    # the status counts the cap: 326 tokens at 163.1 tokens/s, then the generation budget
+    assert cost is not None and cost.window_tokens == 1536
+    generation_s = adaptive_defaults(CODER_1_5B)["max_generation_ms"] / 1000.0
+    assert cost.first_suggestion_s == 326 / 163.1 + generation_s
+
+
+def test_a_fast_model_keeps_its_first_window():
+    async def scenario(rates: Rates):
+        svc, statuses = service(rates, explicit={"window_tokens"}, window_tokens=1536)
+        svc.configure(svc.settings, explicit={"window_tokens"})
+        await wait_for(lambda: loaded(svc))
+        svc.close()
+        assert svc.join()
+        return statuses[-1].cost
+
+    cost = asyncio.run(scenario(Rates(669.0, 61.7)))  # the default model on 2 cores
+    assert cost is not None and cost.first_suggestion_s == 512 / 669.0 + 0.234  # the floor
+    cost = asyncio.run(scenario(CODER_1_5B))
+    assert cost is not None and cost.first_suggestion_s == 326 / 163.1 + 0.173  # the cap

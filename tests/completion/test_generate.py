@@ -21,6 +21,7 @@ from structspec.completion.prewarm import PromptRate
 from structspec.completion.prompt import (
     FIRST_ANSWER_S,
     FIRST_WINDOW_MIN,
+    Prompt,
     PromptBuilder,
     first_window,
     grows,
@@ -326,6 +327,49 @@ def test_the_first_window_is_the_measured_rate_times_the_target_within_floor_and
     _measured(prompts, 20_000, chunks=8)
     assert prompts.rate.tokens_per_s == 20_000
     assert first_window(model, prompts.rate, 64, 1536) == 1536
+
+
+def test_the_first_window_is_capped_by_two_seconds_at_the_rate_whatever_window_tokens() -> None:
+    model = ThreadedStandIn()
+    prompts = _measured(PromptBuilder(model), 163.1)  # Qwen2.5-Coder-1.5B on 2 cores
+    # windowTokens 1536 set by the user: the first answer evaluates 326 tokens (2 s), not 512
+    assert first_window(model, prompts.rate, 64, 1536) == 326
+    model.decode_threads = 1  # contended: half the rate, half the window
+    assert first_window(model, prompts.rate, 64, 1536) == 163
+    model.decode_threads = 2
+    # Qwen2.5-Coder-7B: 85 tokens, below the adaptive window's 128-token floor
+    assert first_window(model, _measured(prompts, 42.9, chunks=8).rate, 64, 128) == 85
+    # a fast machine is not affected
+    assert first_window(model, _measured(prompts, 6000, chunks=16).rate, 64, 1536) == 1500
+
+
+def test_a_capped_first_window_is_grown_to_the_window_in_effect() -> None:
+    """At 43 tokens/s the first window (85 tokens) of the 128-token window grows: ``grows``."""
+    model = ThreadedStandIn()
+    prompts = _measured(PromptBuilder(model), 42.9)
+    settings = Settings(model="standin", window_tokens=128)
+    cursor = CursorContext.at(LONG, len(LONG))
+    job = CompletionInput("file:///a.py", LONG, len(LONG), "python", cursor, settings)
+    first = build_prompt(prompts, SnippetChooser(), job, None)
+    full = build_prompt(prompts, SnippetChooser(), job, None, full=True)
+    assert len(first.tokens) - 1 <= 85 < len(full.tokens) - 1 <= 128
+    assert grows(first, full) and not grows(full, full)
+    # the kept cut of the first window, the prompt pre-warm rebuilds there: grown all the same
+    model.prefill(first.tokens[:-1])
+    again = build_prompt(prompts, SnippetChooser(), job, first.cut)
+    assert again.tokens == first.tokens and grows(again, full)
+
+
+def test_the_fim_suffix_does_not_hide_a_short_first_window() -> None:
+    """Qwen2.5-Coder-7B at 43 tokens/s: a first window of 85 tokens, the window in effect 128."""
+
+    def fim_prompt(window: int, cut: int) -> Prompt:  # BOS, FIM prefix, window, 16+2 after
+        return Prompt([0] * (2 + window + 18), cut, 5000, 5100, True, 0, 18)
+
+    full = fim_prompt(128, 3800)
+    assert grows(fim_prompt(85, 4000), full)  # 87 of 130 tokens before the cursor
+    assert not grows(fim_prompt(96, 3900), full)  # kept while typing: 3/4 of its budget
+    assert not grows(fim_prompt(85, 3700), full)  # the full window starts later: no wider
 
 
 def test_a_new_place_gets_a_first_window_and_a_cached_full_one_is_kept() -> None:

@@ -27,7 +27,10 @@ real architecture, hyper-parameters, vocabulary size and quantization mix and
    shape's cost table: the speed-up speculation would give at that cost;
 4. ``window_tokens``: the prompt window the adaptive defaults choose at the
    measured rates (``structspec.rates``: what the machine evaluates in
-   ``WINDOW_SECONDS``, at most the static default ``windowTokens``).
+   ``WINDOW_SECONDS``, at most the static default ``windowTokens``, at least
+   ``WINDOW_MIN``), and ``first_window_tokens``: the window of a first answer
+   at a new place (``completion.prompt.first_window_tokens``: at most what
+   the rate evaluates in ``WINDOW_SECONDS``, below the window's floor too).
 
 The weights are random: the figures say what a pass costs, nothing about the
 quality of a suggestion.
@@ -271,6 +274,13 @@ def window_tokens(prompt_tps: float, decode_tps: float) -> int:
     return adaptive_defaults(Rates(prompt_tps, decode_tps))["window_tokens"]
 
 
+def first_window(prompt_tps: float, window: int) -> int:
+    """The window of a first answer at a new place, of ``window`` tokens at ``prompt_tps``."""
+    from structspec.completion.prompt import first_window_tokens
+
+    return first_window_tokens(prompt_tps, window)
+
+
 def predicted_speedups(
     tables: dict[str, Sequence[float]], recordings: Sequence[Path]
 ) -> dict[str, dict[str, float]]:
@@ -340,24 +350,28 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"Prompt rate: {report['prompt_tokens']} prompt tokens in one prefill; decode rate: "
         f"{report['decode_tokens']} tokens, one row per pass; `window` = the prompt tokens "
-        f"evaluated in {WINDOW_SECONDS:g} s at that rate, at most the default `windowTokens`; "
+        f"evaluated in {WINDOW_SECONDS:g} s at that rate, at most the default `windowTokens` and "
+        "at least 128; `first window`: the window a first answer at a new place evaluates "
+        f"(at most {WINDOW_SECONDS:g} s of it), and its seconds at the prompt rate; "
         "`predicted speed-up`: the replay of the recorded greedy outputs of the default model "
         f"({', '.join(report['recordings']) or 'none'}) under the shape's cost table.",
         "",
         "| model | file MB | load s | peak RSS MB | prompt tok/s | decode tok/s | head | "
-        "window | predicted speed-up |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "window | first window | predicted speed-up |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, r in report["shapes"].items():
         if "error" in r:
-            lines.append(f"| {name} | {r['error']} |  |  |  |  |  |  |  |")
+            lines.append(f"| {name} | {r['error']} |  |  |  |  |  |  |  |  |")
             continue
         by = r.get("predicted_speedup_by_recording", {})
         speed = ", ".join(f"{v:.2f}x" for v in by.values()) or "n/a"
+        first = r.get("first_window_tokens")
+        first_cell = "n/a" if first is None else f"{first} ({first / r['prompt_tps']:.1f} s)"
         lines.append(
             f"| {name} | {r['file_mb']:.0f} | {r['load_s']:.1f} | {r['rss_mb']:.0f} | "
             f"{r['prompt_tps']:.1f} | {r['decode_tps']:.1f} | {r['head']} | "
-            f"{r['window_tokens']} | {speed} |"
+            f"{r['window_tokens']} | {first_cell} | {speed} |"
         )
     measured = {n: r for n, r in report["shapes"].items() if "error" not in r}
     if measured:
@@ -513,6 +527,7 @@ def run_shapes(args: argparse.Namespace, command: str) -> int:
             failed = True
             continue
         r["window_tokens"] = window_tokens(r["prompt_tps"], r["decode_tps"])
+        r["first_window_tokens"] = first_window(r["prompt_tps"], r["window_tokens"])
         r["head_verdict"] = head_verdict(r)
         report["shapes"][name] = r
     tables = {n: r["verify_ms"][r["head"]] for n, r in report["shapes"].items() if "error" not in r}

@@ -11,9 +11,10 @@ one line per keystroke (a sliding start would defeat reuse on every request).
 The window policy: the budget is ``windowTokens``, but at a new place (a
 window no KV slot holds) the first answer comes from a *first window*, what
 the machine evaluates within a quarter of a second at its measured prompt rate
-(``first_window``, at least ``FIRST_WINDOW_MIN``); pre-warm grows it to the
-full window at that place while the user reads, and the kept cut moves there
-once it is cached (``choose_window``, ``grows``).
+(``first_window``, at least ``FIRST_WINDOW_MIN``), and never more than it
+evaluates in 2 s (``rates.first_window_cap``, whatever ``windowTokens`` says);
+pre-warm grows it to the full window at that place while the user reads, and
+the kept cut moves there once it is cached (``choose_window``, ``grows``).
 
 With fill-in-the-middle tokens the order is prefix, suffix, middle
 (``FIM_PRE header+window FIM_SUF suffix FIM_MID``, after BOS when the
@@ -47,6 +48,7 @@ from structspec.completion.snippets import Snippet
 from structspec.engine.decode import PASS_ROWS_RESERVE
 from structspec.model.base import Model
 from structspec.model.extras import contended
+from structspec.rates import first_window_cap
 from structspec.syntax.table import GrammarTableError, load_table
 
 #: Characters per token assumed before anything is tokenized (code is ~3-4).
@@ -70,9 +72,14 @@ FIRST_WINDOW_MIN = 512
 #: Tokens left to evaluate of a kept window that the user is typing on (a key, a
 #: short paste): no other window is tokenized to compare with it.
 TYPED_ON = 8
-#: A prompt shorter than this share of the full one at the same place is grown
-#: by pre-warm (a window kept while typing holds 3/4 to all of its budget).
-GROW_BELOW = 2 / 3
+#: A prompt whose tokens before the cursor are fewer than this share of the
+#: full one's at the same place is grown by pre-warm. A window kept while
+#: typing holds about 3/4 to all of its budget (its cut moves forward to leave a
+#: quarter free), so it is not grown; a first window capped by the prompt rate
+#: (``rates.first_window_cap``) on a model below 64 prompt tokens/s holds 2 s
+#: of it against the 128-token floor of the window in effect: 85 of 128 tokens
+#: at 43 tokens/s (Qwen2.5-Coder-7B on 2 cores) is grown.
+GROW_BELOW = 0.7
 #: Suffix tokens kept in a FIM prompt, at most (re-evaluated on every request).
 FIM_SUFFIX_TOKENS = 256
 #: Seconds of a keystroke's answer the suffix's evaluation may take: typing
@@ -171,6 +178,12 @@ class Prompt:
     suffix_end: int  # end of the suffix window (== offset without FIM)
     fim: bool
     context: int = 0  # project-context tokens before the window (repo-level layout)
+    suffix: int = 0  # tokens after the window: the FIM suffix and the FIM tokens around it
+
+    @property
+    def before_cursor(self) -> int:
+        """Tokens of the prompt before the cursor (all but the FIM suffix part)."""
+        return len(self.tokens) - self.suffix
 
 
 def _line_start_at_or_after(text: str, pos: int, limit: int) -> int:
@@ -214,8 +227,15 @@ def suffix_budget(tokens_per_s: float) -> int:
 
 
 def first_window_tokens(tokens_per_s: float, budget: int) -> int:
-    """What a first answer's window holds at ``tokens_per_s``, of ``budget`` (``first_window``)."""
-    return max(1, min(budget, max(FIRST_WINDOW_MIN, int(tokens_per_s * FIRST_ANSWER_S))))
+    """What a first answer's window holds at ``tokens_per_s``, of ``budget`` (``first_window``).
+
+    ``tokens_per_s`` times ``FIRST_ANSWER_S``, at least ``FIRST_WINDOW_MIN``;
+    at most ``budget`` and at most what is evaluated in 2 s
+    (``rates.first_window_cap``), which wins over the floor on a model below
+    256 prompt tokens/s.
+    """
+    wanted = max(FIRST_WINDOW_MIN, int(tokens_per_s * FIRST_ANSWER_S))
+    return max(1, min(budget, wanted, first_window_cap(tokens_per_s)))
 
 
 def first_window(model: Model, rate: PromptRate, max_tokens: int, window_tokens: int) -> int:
@@ -232,8 +252,11 @@ def first_window(model: Model, rate: PromptRate, max_tokens: int, window_tokens:
     (``windowTokens``, the cap). On 2 cores the default model evaluates about
     450-960 tokens/s: ``R * T`` is 110-240 tokens, so the floor decides, and
     a new place waits for 512 tokens instead of 1,536; a machine evaluating
-    more than 2,048 tokens/s gets a wider first window. The FIM suffix comes
-    on top (``suffix_budget``).
+    more than 2,048 tokens/s gets a wider first window. Whatever
+    ``windowTokens`` says, ``W`` is at most what ``R`` evaluates in 2 s
+    (``rates.first_window_cap``): on a 1.5B-7B model (43-250 tokens/s on 2
+    cores) that wins over the floor, and a new place still answers within
+    about 2 s. The FIM suffix comes on top (``suffix_budget``).
     """
     budget = window_budget(prompt_room(model, max_tokens), window_tokens)
     tokens_per_s = rate.tokens_per_s / (2 if contended(model) else 1)
@@ -285,10 +308,12 @@ def choose_window(
 def grows(prompt: Prompt, full: Prompt) -> bool:
     """``prompt`` is a first answer's prompt that the ``full`` one at its place widens.
 
-    Wider: a window that starts no later and a prompt a good deal longer (a
-    first window also holds less project context).
+    Wider: a window that starts no later and a good deal more tokens before
+    the cursor (``GROW_BELOW``; a first window also holds less project
+    context). The FIM suffix, the same in both, is not counted: it would hide
+    a short first window's shortfall.
     """
-    return full.cut <= prompt.cut and len(prompt.tokens) < len(full.tokens) * GROW_BELOW
+    return full.cut <= prompt.cut and prompt.before_cursor < full.before_cursor * GROW_BELOW
 
 
 class PromptBuilder:
@@ -343,12 +368,14 @@ class PromptBuilder:
         room -= len(lead)
         budget = window_budget(max(4, room - len(self.bos)), window_tokens)
         cut, body = self._window(text, offset, header, budget, cut_hint)
+        after = 0
         if self.fim is not None:
             f = self.fim
             tokens = [*self.bos, *lead, f.prefix, *body, f.suffix, *suffix_tokens, f.middle]
+            after = len(suffix_tokens) + 2
         else:
             tokens = [*self.bos, *lead, *body]
-        return Prompt(tokens, cut, offset, suffix_end, self.fim is not None, len(lead))
+        return Prompt(tokens, cut, offset, suffix_end, self.fim is not None, len(lead), after)
 
     # -- project context ----------------------------------------------------
     def _context(

@@ -39,7 +39,9 @@ def model_cost(rates: Rates, settings: Settings) -> ModelCost:
 
     A first suggestion at a new place waits for its first window
     (``prompt.first_window_tokens`` of the ``windowTokens`` budget; 0 counts
-    as the context size), then for the generation budget.
+    as the context size; at most what the prompt rate evaluates in 2 s,
+    ``rates.first_window_cap``, however large ``windowTokens`` is), then for
+    the generation budget.
     """
     budget = settings.window_tokens or settings.context_size
     first = first_window_tokens(rates.prompt_tps, budget)
