@@ -34,6 +34,7 @@ def test_no_cost_before_it_is_known():
 def test_an_explicit_window_is_the_one_reported():
     rates = Rates(163.1, 11.6)
     cost = model_cost(rates, adapt(Settings(window_tokens=1536), rates, {"window_tokens"}))
-    # the first window is the 512-token floor of the 1,536 budget: 3.1 s, then 173 ms
+    # the first window is what 2 s evaluate (326 tokens), below the 512-token floor of the
+    # 1,536 budget: 2 s, then 173 ms
     assert cost.window_tokens == 1536
-    assert round(cost.first_suggestion_s, 2) == round(512 / 163.1 + 0.173, 2)
+    assert round(cost.first_suggestion_s, 2) == round(326 / 163.1 + 0.173, 2)
