@@ -10,6 +10,7 @@ import pytest
 
 from structspec.bench.infill import (
     ARRIVALS,
+    OPTIONS,
     TYPED,
     Case,
     Scores,
@@ -17,6 +18,7 @@ from structspec.bench.infill import (
     _InfillServer,
     parse_arrivals,
 )
+from structspec.config import Settings
 
 
 class ScriptedClient:
@@ -91,3 +93,8 @@ def test_arrivals_are_parsed_and_checked() -> None:
     for bad in ("", "warm", "cold,nope"):
         with pytest.raises(ValueError, match="arrivals must be among"):
             parse_arrivals(bad)
+
+
+def test_the_window_is_the_static_default_whatever_rates_the_server_measured() -> None:
+    """Rates measured while other processes ran would choose a smaller window all session."""
+    assert OPTIONS["windowTokens"] == Settings().window_tokens

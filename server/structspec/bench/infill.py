@@ -74,6 +74,7 @@ from structspec.bench.lsp_client import StdioClient
 from structspec.bench.mixed import LANGUAGES, collect, extensions
 from structspec.bench.points import utf16_len
 from structspec.bench.typist import Out, ReplayedServer, start_server
+from structspec.config import Settings
 from structspec.lsp.convert import CURSOR_NOTIFICATION
 
 #: Characters of the cleared line typed after the first request.
@@ -83,8 +84,15 @@ TYPED = 3
 ARRIVALS = ("cold", "prewarmed", "plain", "restart")
 #: Settings of both servers. The latency budget is wide so that what is measured
 #: is the model's answer, not where a budget cut it off (latency is reported).
+#: The window is the static default (what the default model's rates choose on a
+#: quiet 2-core machine), not what rates measured at the server's start choose
+#: (``structspec.rates``): measured while other processes ran (a build, another
+#: benchmark) they chose a 147-token window for the whole session, and the
+#: matches would measure the load at that moment. The first window at a new
+#: place (``prompt.first_window``) still applies.
 OPTIONS: dict[str, Any] = {
     "debounceMs": 0,
+    "windowTokens": Settings().window_tokens,
     "maxTokens": 48,
     "maxLatencyMs": 20000,
     "maxGenerationMs": 20000,
