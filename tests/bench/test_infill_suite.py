@@ -71,11 +71,27 @@ def test_infill_suite_runs_through_the_language_server(tmp_path):
         assert list(arrivals) == list(ARRIVALS)
         lines = [arrivals[a]["lines"] for a in ARRIVALS]  # in turn over the cases
         assert sum(lines) == 2 + files and lines[:3] == [1, 1, 1]
+    lines = data["lines"]  # every answer: 2 configurations x (2 + files) lines x TYPED + 1
+    assert len(lines) == 2 * (2 + files) * (TYPED + 1)
+    assert {r["part"] for r in lines} == {"humaneval", "files"}
+    assert all(r["reason"] and isinstance(r["prediction"], str) for r in lines)
     report = md.read_text()
     assert "command: `structspec benchmark" in report and "machine:" in report
     assert "humaneval (2 lines)" in report
     assert "first suggestion at the line by arrival" in report
     assert "(restart): " in report or files < 2
+
+
+def test_the_benchmark_command_refuses_an_unknown_arrival():
+    p = subprocess.run(
+        [sys.executable, "-m", "structspec", "benchmark", "--model", "standin"]
+        + ["--suite", "infill", "--arrivals", "cold,teleport"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode != 0 and "--arrivals" in p.stderr and "teleport" in p.stderr
+    assert "Traceback" not in p.stderr
 
 
 def test_window_comparison_runs_one_server_per_window():

@@ -412,6 +412,23 @@ def test_a_full_window_prewarmed_at_a_place_is_found_from_another_kept_cut() -> 
     assert first_window(model, prompts.rate, 64, 1536) == FIRST_WINDOW_MIN
 
 
+#: A document whose top and end differ in characters per token (the stand-in drops
+#: the characters it has no token for): where a window's cut lands when it is
+#: moved depends on the text it was measured over.
+UNEVEN = "".join(f"def f{i}(self):\n        return None\n" for i in range(100)) + LONG[: 14 * 100]
+
+
+def test_a_new_places_first_window_does_not_depend_on_the_cut_kept_elsewhere() -> None:
+    """A plain client's document is pre-warmed from its top (the kept cut 0); at a new
+    place below it the first answer comes from the same window as when nothing was kept."""
+    prompts = PromptBuilder(StandInModel())
+    cold = _prompt(prompts, UNEVEN)
+    assert len(cold.tokens) - 1 <= FIRST_WINDOW_MIN and cold.cut > 0  # a first window
+    assert _prompt(prompts, UNEVEN, cut_hint=0).tokens == cold.tokens  # kept: the top
+    kept = UNEVEN.index("def f50")  # kept: a place in between
+    assert _prompt(prompts, UNEVEN, cut_hint=kept).tokens == cold.tokens
+
+
 def test_a_full_window_saved_before_a_restart_counts_as_cached(tmp_path) -> None:
     """The on-disk prefix cache reads a saved window back in milliseconds: no first window."""
     from structspec.model.prefix_cache import PrefixCache

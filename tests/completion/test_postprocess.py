@@ -69,6 +69,14 @@ def test_a_line_that_is_the_next_line_is_dropped():
     assert clean("return", at(doc), LINE) == "return"
 
 
+def test_a_line_at_another_indentation_than_the_next_is_not_a_repeat():
+    """Closing an inner block before the outer one closes: the model's answer, shown."""
+    doc = "func f() {\n\tif err != nil {\n\t\treturn\n\t\t|\n\t}\n}\n"
+    assert clean("}", at(doc), LINE) == "}"
+    assert clean("}", at(doc.replace("\t\t|", "\t|")), LINE) is None  # the next line again
+    assert clean("return 1", at("def f():\n|\n    return 1\n"), LINE) == "return 1"
+
+
 def test_a_block_that_is_the_following_lines_is_dropped():
     doc = "def f(x):\n    |\n    y = x + 1\n    return y\n"
     assert clean("y = x + 1\n    return y", at(doc), BLOCK) is None

@@ -34,7 +34,18 @@ cache on (in a temporary folder of the case's own, never the user's cache) and
 asked right after the document is opened again, so the first request reads
 back what the first server saved instead of evaluating it. *Warm* are the
 requests after typed characters. The first suggestion's latency (p50, p95)
-and its exact and first-word matches are reported per arrival.
+and its exact and first-word matches are reported per arrival. ``arrivals``
+(``--arrivals``) takes other arrivals in turn, or one for every line: the same
+line asked after two arrivals should get the same answer, since the answer at a
+place is the model's from the window there, however the user came.
+
+Every answer is also kept as a record (``result["lines"]``, the JSON report):
+the case, its part, the server (context mode), the arrival, the typed
+characters ``k``, the prediction and the line, the matches, the latency and
+the server's account of the answer (``reason``): ``model`` (generated),
+``without-model`` (from the suggestion on screen or what pre-generation
+wrote), or, for an empty answer, the server's empty reason
+(``completion.types.EmptyReason``, read from its status' ``emptyReasons``).
 ``before_chars`` sets how much of a real file comes before the cleared line
 (the default is about 2,000 tokens; 16,000 characters is about 4,000).
 
@@ -56,11 +67,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from structspec.bench.editor_stats import UNCOUNTED, without_model
 from structspec.bench.harness import percentile
+from structspec.bench.jump import grown_reason
 from structspec.bench.lsp_client import StdioClient
 from structspec.bench.mixed import LANGUAGES, collect, extensions
 from structspec.bench.points import utf16_len
 from structspec.bench.typist import Out, ReplayedServer, start_server
+from structspec.config import Settings
 from structspec.lsp.convert import CURSOR_NOTIFICATION
 
 #: Characters of the cleared line typed after the first request.
@@ -70,8 +84,15 @@ TYPED = 3
 ARRIVALS = ("cold", "prewarmed", "plain", "restart")
 #: Settings of both servers. The latency budget is wide so that what is measured
 #: is the model's answer, not where a budget cut it off (latency is reported).
+#: The window is the static default (what the default model's rates choose on a
+#: quiet 2-core machine), not what rates measured at the server's start choose
+#: (``structspec.rates``): measured while other processes ran (a build, another
+#: benchmark) they chose a 147-token window for the whole session, and the
+#: matches would measure the load at that moment. The first window at a new
+#: place (``prompt.first_window``) still applies.
 OPTIONS: dict[str, Any] = {
     "debounceMs": 0,
+    "windowTokens": Settings().window_tokens,
     "maxTokens": 48,
     "maxLatencyMs": 20000,
     "maxGenerationMs": 20000,
@@ -240,6 +261,10 @@ class Scores:
     first_exact: dict[str, list[bool]] = field(default_factory=lambda: {a: [] for a in ARRIVALS})
     first_word: dict[str, list[bool]] = field(default_factory=lambda: {a: [] for a in ARRIVALS})
     warm_ms: list[float] = field(default_factory=list)
+    #: The predictions scored (``add``), per k.
+    predictions: list[list[str]] = field(default_factory=lambda: [[] for _ in range(TYPED + 1)])
+    #: One record per answer (``record``), in the order asked.
+    records: list[dict[str, Any]] = field(default_factory=list)
 
     def add_first(self, arrival: str, ms: float, prediction: str, target: str) -> None:
         """The first request at the line (nothing typed yet), after ``arrival``."""
@@ -250,12 +275,44 @@ class Scores:
 
     def add(self, k: int, prediction: str, target: str) -> None:
         prediction = prediction.rstrip()
+        self.predictions[k].append(prediction)
         self.exact[k].append(prediction == target)
         word = first_word(target)
         self.word[k].append(first_word(prediction) == word)
         self.similarity[k].append(edit_similarity(prediction, target))
         if k == TYPED and len(word) >= 4:
             self.long_word_at_typed.append(first_word(prediction) == word)
+
+    def record(
+        self,
+        case: Case,
+        config: str,
+        arrival: str,
+        k: int,
+        ms: float,
+        reason: str,
+        window: int | None = None,
+    ) -> None:
+        """Keep the answer ``add`` scored last at ``k`` typed characters, with its account.
+
+        ``window``: the server's ``windowTokens`` then (its status' ``cost``).
+        """
+        self.records.append(
+            {
+                "case": case.id,
+                "part": case.part,
+                "config": config,
+                "arrival": arrival,
+                "k": k,
+                "prediction": self.predictions[k][-1],
+                "target": case.target,
+                "exact": self.exact[k][-1],
+                "word": self.word[k][-1],
+                "ms": round(ms, 1),
+                "reason": reason,
+                "window": window,
+            }
+        )
 
 
 def _rate(values: Sequence[bool]) -> str:
@@ -269,11 +326,26 @@ def _ms(values: Sequence[float], q: float = 50) -> str:
 # -- the run ------------------------------------------------------------------------
 
 
+def window_tokens(status: dict[str, Any]) -> int | None:
+    """The ``windowTokens`` a server's status says its model's rates chose (``None``: unsaid)."""
+    cost = status.get("cost")
+    window = cost.get("windowTokens") if isinstance(cost, dict) else None
+    return window if isinstance(window, int) and not isinstance(window, bool) else None
+
+
 class _InfillServer(ReplayedServer):
     """A language server under test: opens cases and asks at the cleared line."""
 
-    async def ask(self, uri: str, line: int, column: int) -> str:
-        """The first line of the suggestion at ``(line, column)`` ('' for none)."""
+    #: ``windowTokens`` after the latest answer (``window_tokens``).
+    window: int | None = None
+
+    async def ask(self, uri: str, line: int, column: int) -> tuple[str, float, str]:
+        """The first line of the suggestion at ``(line, column)`` ('' for none), ms, reason.
+
+        The milliseconds from the request to the answer; the reason (``account``)
+        is read from the server's status after the answer, not timed.
+        """
+        t0 = time.perf_counter()
         answer = await asyncio.wait_for(
             self.client.request(
                 "textDocument/inlineCompletion",
@@ -289,7 +361,23 @@ class _InfillServer(ReplayedServer):
         text = items[0].get("insertText", "") if items else ""
         if isinstance(text, dict):  # a snippet string
             text = text.get("value", "")
-        return str(text).split("\n", 1)[0]
+        ms = (time.perf_counter() - t0) * 1000.0
+        return str(text).split("\n", 1)[0], ms, await self.account(bool(items))
+
+    async def account(self, shown: bool) -> str:
+        """The server's account of its latest answer, from its status' counters.
+
+        ``model``: generated; ``without-model``: from the suggestion on screen or
+        pre-generation; an empty answer: the empty reason whose count grew.
+        """
+        before = self.stats
+        status = await self.status()
+        self.stats = status.get("stats", {})
+        self.window = window_tokens(status)
+        if not shown:
+            reasons = self.stats.get("emptyReasons", {})
+            return grown_reason(before.get("emptyReasons", {}), reasons) if reasons else UNCOUNTED
+        return "without-model" if without_model(self.stats) > without_model(before) else "model"
 
     def open(self, uri: str, language: str, text: str) -> None:
         self.opened[uri] = 1
@@ -313,6 +401,7 @@ class _InfillServer(ReplayedServer):
         await self.client.close()
         self.client = StdioClient()
         self.opened.clear()
+        self.stats = {}  # a new server counts from zero
         self.cache_dir = cache_dir
         await self.start()
 
@@ -337,9 +426,9 @@ class _InfillServer(ReplayedServer):
             )
         if arrival in ("prewarmed", "plain"):
             await asyncio.sleep(idle_s)
-        t0 = time.perf_counter()
-        suggestion = await self.ask(case.uri, case.line, column)
-        scores.add_first(arrival, (time.perf_counter() - t0) * 1000.0, suggestion, case.target)
+        suggestion, ms, reason = await self.ask(case.uri, case.line, column)
+        scores.add_first(arrival, ms, suggestion, case.target)
+        scores.record(case, self.name, arrival, 0, ms, reason, self.window)
         version = 1
         for k, ch in enumerate(case.target[:TYPED], 1):
             version += 1
@@ -353,9 +442,11 @@ class _InfillServer(ReplayedServer):
                 },
             )
             column += utf16_len(ch)
-            suggestion = await self.ask(case.uri, case.line, column)
-            scores.warm_ms.append((time.perf_counter() - t0) * 1000.0)
+            suggestion, _, reason = await self.ask(case.uri, case.line, column)
+            ms = (time.perf_counter() - t0) * 1000.0  # from the keystroke
+            scores.warm_ms.append(ms)
             scores.add(k, case.target[:k] + suggestion, case.target)
+            scores.record(case, self.name, arrival, k, ms, reason, self.window)
         for uri, _, _ in case.neighbours:
             self.close_doc(uri)
         self.close_doc(case.uri)
@@ -374,6 +465,7 @@ async def _run(
     timeout_s: float,
     out: Out,
     configs: Configs = CONFIGS,
+    arrivals: Sequence[str] = ARRIVALS,
 ) -> dict[str, dict[str, Scores]]:
     servers = []
     for name, options in configs:
@@ -387,9 +479,14 @@ async def _run(
     try:
         for current in servers:
             await start_server(current, out)
+            cost = (await current.status()).get("cost") or {}
+            out(
+                f"  {current.name}: {cost.get('promptTokensPerSecond', '?')} prompt tokens/s "
+                f"measured at load: windowTokens {cost.get('windowTokens', '?')}"
+            )
         for index, case in enumerate(cases):
             took = []
-            arrival = ARRIVALS[index % len(ARRIVALS)]
+            arrival = arrivals[index % len(arrivals)]
             for number, current in enumerate(servers):
                 board = scores[current.name][case.part]
                 cache_dir = Path(folder.name) / f"{index}-{number}"
@@ -441,7 +538,10 @@ def _table(scores: dict[str, dict[str, Scores]], part: str, out: Out) -> dict[st
 
 
 def _arrivals_table(
-    scores: dict[str, dict[str, Scores]], parts: Sequence[str], out: Out
+    scores: dict[str, dict[str, Scores]],
+    parts: Sequence[str],
+    out: Out,
+    arrivals: Sequence[str] = ARRIVALS,
 ) -> dict[str, Any]:
     """The first suggestion at the line per arrival, over the lines of ``parts`` together."""
     out(
@@ -451,7 +551,7 @@ def _arrivals_table(
     summary: dict[str, Any] = {}
     for name, boards in scores.items():
         summary[name] = {}
-        for arrival in ARRIVALS:
+        for arrival in dict.fromkeys(arrivals):
             ms = [x for part in parts for x in boards[part].first_ms[arrival]]
             exact = [x for part in parts for x in boards[part].first_exact[arrival]]
             word = [x for part in parts for x in boards[part].first_word[arrival]]
@@ -480,11 +580,14 @@ def run_infill_benchmark(
     before_chars: int = BEFORE_CHARS,
     configs: Configs = CONFIGS,
     humaneval: bool = True,
+    arrivals: Sequence[str] = ARRIVALS,
 ) -> dict[str, Any]:
     """Build the cases (``limit`` per part), run the servers of ``configs``, print the tables.
 
-    ``humaneval=False``: the real-file part only.
+    ``humaneval=False``: the real-file part only. ``arrivals``: taken in turn
+    over the cases (one: every line arrived at so).
     """
+    arrivals = parse_arrivals(arrivals)
     cases = (humaneval_cases(limit) if humaneval else []) + file_cases(limit, before_chars)
     if not cases:
         raise ValueError("no infilling cases could be built")
@@ -495,13 +598,13 @@ def run_infill_benchmark(
     out(
         f"infill: {parts['humaneval']} HumanEval lines + {parts['files']} real-file lines, "
         f"asked at the line start and after 1..{TYPED} typed characters; {threads} thread(s); "
-        f"arriving in turn {', '.join(ARRIVALS)} (pre-warmed: {idle_s:.0f} s idle at the "
+        f"arriving in turn {', '.join(arrivals)} (pre-warmed: {idle_s:.0f} s idle at the "
         f"reported cursor; plain: {idle_s:.0f} s idle, no cursor report; restart: plain, then "
         f"the server restarted with the prefix cache on); real files: up to {before_chars} "
         f"characters before the line"
     )
     t0 = time.perf_counter()
-    scores = asyncio.run(_run(cases, model, threads, idle_s, timeout_s, out, configs))
+    scores = asyncio.run(_run(cases, model, threads, idle_s, timeout_s, out, configs, arrivals))
     out(f"  run done in {time.perf_counter() - t0:.1f} s")
     result: dict[str, Any] = {"suite": "infill", "model": model or "default", "threads": threads}
     run_parts = ("humaneval", "files") if humaneval else ("files",)
@@ -511,7 +614,10 @@ def run_infill_benchmark(
         result[part] = _table(scores, part, out)
     out("")
     out(f"first suggestion at the line by arrival ({' and '.join(run_parts)} lines together):")
-    result["arrivals"] = _arrivals_table(scores, run_parts, out)
+    result["arrivals"] = _arrivals_table(scores, run_parts, out, arrivals)
+    order = {case.id: number for number, case in enumerate(cases)}
+    records = [r for boards in scores.values() for b in boards.values() for r in b.records]
+    result["lines"] = sorted(records, key=lambda r: order.get(r["case"], 0))  # stable: configs, k
     out("")
     out(
         "exact@k / word@k: predictions (k typed characters + the suggestion's first line) "
@@ -523,6 +629,21 @@ def run_infill_benchmark(
         "idling (the prefix cache on) / after a typed character"
     )
     return result
+
+
+def parse_arrivals(arrivals: str | Sequence[str]) -> tuple[str, ...]:
+    """Arrivals from a comma-separated string or a sequence: each one of ``ARRIVALS``.
+
+    Raises ``ValueError`` naming the unknown ones, or when none is given.
+    """
+    names = arrivals.split(",") if isinstance(arrivals, str) else list(arrivals)
+    chosen = tuple(a.strip() for a in names if a.strip())
+    unknown = [a for a in chosen if a not in ARRIVALS]
+    if unknown or not chosen:
+        raise ValueError(
+            f"arrivals must be among {', '.join(ARRIVALS)}, not {', '.join(unknown) or 'none'}"
+        )
+    return chosen
 
 
 def window_configs(windows: Sequence[int]) -> list[tuple[str, dict[str, Any]]]:

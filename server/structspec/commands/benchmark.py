@@ -70,6 +70,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="infill: characters of a real file kept before the cleared line "
         "(default 7000, about 2,000 tokens; 16000 is about 4,000)",
     )
+    p.add_argument(
+        "--arrivals",
+        default="cold,prewarmed,plain,restart",
+        help="infill: how the user arrives at each line before its first request, "
+        "comma-separated, taken in turn over the lines (default cold,prewarmed,plain,restart; "
+        "one name: every line so)",
+    )
     p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt (default 128)")
     add_sampling_arguments(p)  # temperature > 0: every mode samples, greedy is plain sampling
     p.add_argument("--repeat", type=int, default=1, help="runs per prompt and mode (default 1)")
@@ -382,10 +389,14 @@ def _run_printed(
 
 
 def _run_infill(args: argparse.Namespace) -> int:
-    from structspec.bench.infill import run_infill_benchmark
+    from structspec.bench.infill import parse_arrivals, run_infill_benchmark
 
     if args.limit is not None and args.limit < 1:
         raise UserError("--limit must be positive")
+    try:
+        arrivals = parse_arrivals(args.arrivals)
+    except ValueError as exc:
+        raise UserError(f"--arrivals: {exc}") from None
     if args.before_chars < 1:
         raise UserError("--before-chars must be positive")
     settings = settings_from_args(args).settings
@@ -399,6 +410,7 @@ def _run_infill(args: argparse.Namespace) -> int:
             out=out,
             limit=args.limit or 40,
             before_chars=args.before_chars,
+            arrivals=arrivals,
         ),
     )
 

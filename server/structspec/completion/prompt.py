@@ -286,8 +286,9 @@ def choose_window(
     where pre-warm evaluated the document from its start). Else this is a new
     place, and of the full window at the kept cut, the full window from a
     fresh cut (what pre-warm evaluated at a place the user comes back to) and
-    the first window, the one that leaves the fewest tokens to evaluate
-    answers (the wider on a tie). Pre-warm then
+    the first window (from a fresh cut, whatever cut was kept: the same
+    window as for a user who came without one), the one that leaves the
+    fewest tokens to evaluate answers (the wider on a tie). Pre-warm then
     grows a first window to the full one while the user reads
     (``grows``), and the kept cut moves to it once it is cached.
     """
@@ -301,7 +302,11 @@ def choose_window(
     candidates = [prompt]
     if fresh is not None:
         candidates.append(fresh)
-    candidates.append(build(first, cut_hint))
+    # From a fresh cut: a kept cut from another place (an opened document's top,
+    # pre-warmed for a client without the cursor report) would move the first
+    # window's start by what lies between, so the answer here would depend on how
+    # the user came. From the kept cut it is cached no more than ``prompt`` is.
+    candidates.append(build(first, None))
     return min(candidates, key=lambda p: to_evaluate(model, p))
 
 

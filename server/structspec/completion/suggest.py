@@ -266,11 +266,11 @@ def _reindent(text: str, ctx: CursorContext) -> str:
 
 
 def _following_lines(ctx: CursorContext, n: int) -> list[str]:
-    """The next ``n`` non-blank lines after the cursor's line, stripped."""
+    """The next ``n`` non-blank lines after the cursor's line, their indentation kept."""
     found: list[str] = []
     for line in ctx.after.split("\n")[1:]:
         if line.strip():
-            found.append(line.strip())
+            found.append(line.rstrip())
             if len(found) == n:
                 break
     return found
@@ -286,7 +286,12 @@ def _repeats_following(text: str, ctx: CursorContext) -> bool:
         first, _, text = text.partition("\n")
         if first.strip():
             return False
-    lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
+    else:
+        # In the line's indentation the suggestion's first line starts there. Lines
+        # are compared with their indentation: a line at another one is another
+        # line (a Go block's ``\t\t}`` before its function's ``\t}``), not a repeat.
+        text = ctx.line_prefix + text
+    lines = [ln.rstrip() for ln in text.split("\n") if ln.strip()]
     return bool(lines) and _following_lines(ctx, len(lines)) == lines
 
 
