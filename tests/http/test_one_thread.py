@@ -11,37 +11,18 @@ from __future__ import annotations
 
 import argparse
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 from tests.helpers.http_server import standin_engine
+from tests.helpers.recording_model import RecordingModel
 
 from structspec.commands import serve
 from structspec.config import Settings
 from structspec.engine.decode import Engine
 from structspec.http.worker import EngineWorker
 from structspec.metrics import Metrics
-from structspec.model.base import Rows
-from structspec.model.standin import StandInModel
-
-
-class RecordingModel(StandInModel):
-    """The stand-in, noting the thread of its creation and of each decode."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.threads = {"load": threading.get_ident()}
-        self.decodes: set[int] = set()
-
-    def prefill(self, tokens: Sequence[int]) -> int:
-        self.decodes.add(threading.get_ident())
-        return super().prefill(tokens)
-
-    def verify(self, tokens: Sequence[int]) -> Rows:
-        self.decodes.add(threading.get_ident())
-        return super().verify(tokens)
 
 
 def test_serve_loads_and_decodes_the_model_on_one_thread(monkeypatch: pytest.MonkeyPatch):
