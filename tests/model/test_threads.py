@@ -9,6 +9,7 @@ from structspec.model.threads import (
     RECHECK_S,
     RETRY_S,
     WINDOW,
+    CallingThread,
     IdleMeter,
     ThreadGovernor,
 )
@@ -92,3 +93,31 @@ def test_idle_meter_reads_proc_stat(tmp_path: Path) -> None:
     stat.write_text("garbage\n")
     assert meter.idle_cores() is None
     assert IdleMeter(str(tmp_path / "missing")).idle_cores() is None
+
+
+class Idents:
+    """A scripted ``threading.get_ident``."""
+
+    def __init__(self) -> None:
+        self.now = 1
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_decodes_from_the_first_thread_are_never_a_move():
+    idents = Idents()
+    calling = CallingThread(idents)
+    assert not any(calling.moved() for _ in range(5))
+    assert calling.first == 1
+
+
+def test_the_first_decode_from_a_second_thread_is_told_once():
+    idents = Idents()
+    calling = CallingThread(idents)
+    assert not calling.moved()  # the first decode: its thread's team is the model's
+    idents.now = 2
+    assert calling.moved()  # a second thread: a second OpenMP team
+    assert not calling.moved()  # told once
+    idents.now = 3
+    assert not calling.moved()

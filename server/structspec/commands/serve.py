@@ -165,6 +165,18 @@ def _model_id(spec: str, name: str) -> str:
     return Path(name).stem if name.endswith(".gguf") else name
 
 
+def _model_file_name(spec: str) -> str:
+    """The name of the file ``spec`` opens (the embedded default's when empty), known
+    before the model is loaded; the stand-in's spec is its own name."""
+    if spec == "standin" or spec.startswith("standin:"):
+        return spec
+    if spec:
+        return Path(spec).expanduser().name
+    from structspec.model.paths import default_model_path
+
+    return default_model_path(lambda line: print(line, file=sys.stderr)).name
+
+
 def _proxy_app(
     args: argparse.Namespace, api_key: str | None, backend_key: str | None
 ) -> tuple[Any, str]:
@@ -214,15 +226,24 @@ def _model_app(
     settings a layer set, which the adaptive defaults leave).
     """
     from structspec.completion.status import model_cost
+    from structspec.engine.decode import Engine
     from structspec.http.app import create_app
-    from structspec.rates import adapt
+    from structspec.rates import Rates, adapt
     from structspec.runtime import load_engine, model_rates
 
-    engine = load_engine(settings)
-    rates = model_rates(engine.model)
-    model_id = _model_id(settings.model, engine.model.name)
+    measured: list[Rates | None] = []
+
+    def load() -> Engine:
+        # On the engine's worker thread: the model's load, self-check, cost
+        # table and rates run on the thread that decodes (one OpenMP team;
+        # ``http/worker.py``).
+        engine = load_engine(settings)
+        measured.append(model_rates(engine.model))
+        return engine
+
+    model_id = _model_id(settings.model, _model_file_name(settings.model))
     app = create_app(
-        engine,
+        load,
         model_id=model_id,
         max_queue=args.max_queue,
         max_body_bytes=args.max_body_bytes,
@@ -231,6 +252,7 @@ def _model_app(
         speculative=settings.speculative and not args.greedy,
         token_healing=settings.token_healing,
     )
+    rates = measured[0]
     if rates is not None:
         cost = model_cost(rates, adapt(settings, rates, explicit))
         app.state.server.metrics.set_model_cost(cost.measures())

@@ -13,6 +13,12 @@ that ran past ``maxLatencyMs`` goes on only while none is (``warming``
 tells the status meanwhile). Background work has its own entry points
 (``background``); so has the warm-up (``service``).
 
+Loading the model there is not only about blocking: llama.cpp's OpenMP
+threads form one team per calling thread, and a model loaded on one thread and
+decoded on another leaves two, which slows every pass (``model/threads.py``,
+"One thread for llama.cpp's calls"); every model call goes through this one
+thread.
+
 The worker's idle slot: behind every piece of work it runs comes a save of the
 model's evaluated prefixes to the on-disk prefix cache
 (``model.extras.save_prefixes``), skipped while a request is queued; and one

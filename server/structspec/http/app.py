@@ -85,7 +85,7 @@ class EngineApp:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Engine | Callable[[], Engine],
         *,
         model_id: str,
         max_queue: int = 32,
@@ -96,7 +96,6 @@ class EngineApp:
         token_healing: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
-        self.engine = engine
         self.model_id = model_id
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
@@ -105,8 +104,10 @@ class EngineApp:
         self.speculative = speculative
         self.token_healing = token_healing
         self.metrics = metrics or Metrics(mode="engine", model=model_id)
-        self.template = model_chat_template(engine.model)
+        # a loader runs on the worker thread, where every later llama.cpp call runs
         self.worker = EngineWorker(engine, self.metrics, max_queue=max_queue)
+        self.engine = self.worker.engine
+        self.template = model_chat_template(self.engine.model)
         self.started = int(time.time())
 
     # -- routes --------------------------------------------------------------
@@ -442,7 +443,7 @@ def _sse_data(obj: dict[str, Any]) -> bytes:
 
 
 def create_app(
-    engine: Engine,
+    engine: Engine | Callable[[], Engine],
     *,
     model_id: str,
     max_queue: int = 32,
@@ -452,7 +453,11 @@ def create_app(
     speculative: bool = True,
     token_healing: bool = True,
 ) -> Starlette:
-    """A Starlette app serving ``engine``; ``app.state.server`` is the ``EngineApp``."""
+    """A Starlette app serving ``engine``; ``app.state.server`` is the ``EngineApp``.
+
+    ``engine`` may be a loader: it then runs on the engine's worker thread
+    (``http/worker.py``), before this returns.
+    """
     server = EngineApp(
         engine,
         model_id=model_id,

@@ -13,6 +13,15 @@ verification passes (``Generation(cancelled=...)``): a client that goes away
 frees the model at the next pass; a job cancelled while still waiting never
 runs.
 
+One thread for llama.cpp: the model is loaded (with its self-check, cost table
+and rates) on the worker thread itself when the server is given a loader
+instead of an engine (``EngineWorker(load)``, as ``structspec serve`` does), so
+that every llama.cpp call of the process runs on the thread that decodes. An
+OpenMP build of llama.cpp keeps one thread team per calling thread; a second
+one, left behind by a load on the main thread, makes libgomp count more
+threads than cores and park its threads in the kernel at every barrier of
+every pass (``model/threads.py``, "One thread for llama.cpp's calls").
+
 ``Retry-After`` on a full queue says when a place is expected to free up,
 not when the whole queue will have drained: a place frees when the running
 job ends (the next waiting job then leaves the queue), so the estimate is the
@@ -22,6 +31,7 @@ recent jobs minus what it has already run.
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import sys
 import threading
@@ -67,11 +77,16 @@ class QueueFull(Exception):
 
 
 class EngineWorker:
-    """A worker thread serving ``Job``s from a bounded, fair queue."""
+    """A worker thread serving ``Job``s from a bounded, fair queue.
+
+    ``engine`` is the engine, or a loader that makes it: the loader then runs
+    first, on the worker thread (see the module docstring), and the
+    constructor waits for it and raises what it raised.
+    """
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Engine | Callable[[], Engine],
         metrics: Metrics,
         *,
         max_queue: int = 32,
@@ -79,7 +94,8 @@ class EngineWorker:
     ) -> None:
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
-        self.engine = engine
+        load = engine if callable(engine) and not isinstance(engine, Engine) else None
+        self.engine: Engine = None if load is not None else engine  # type: ignore[assignment]
         self.metrics = metrics
         self.max_queue = max_queue
         self._cond = threading.Condition()
@@ -90,8 +106,23 @@ class EngineWorker:
         self._clock = clock
         # Running mean of job duration, for Retry-After (no job seen yet: 1 s).
         self._mean_s = 1.0
-        self._thread = threading.Thread(target=self._loop, name="structspec-engine", daemon=True)
+        self._loaded: concurrent.futures.Future[Engine] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._run, args=(load,), name="structspec-engine", daemon=True
+        )
         self._thread.start()
+        if load is not None:
+            self.engine = self._loaded.result()  # raises the loader's error here
+
+    def _run(self, load: Callable[[], Engine] | None) -> None:
+        if load is not None:
+            try:
+                engine = load()
+            except BaseException as exc:  # noqa: BLE001 - handed to the constructor
+                self._loaded.set_exception(exc)
+                return
+            self._loaded.set_result(engine)
+        self._loop()
 
     @property
     def waiting(self) -> int:

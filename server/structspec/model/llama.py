@@ -46,6 +46,7 @@ import ctypes.util
 import functools
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -72,7 +73,7 @@ from structspec.model.head import (
 )
 from structspec.model.paths import check_gguf_file
 from structspec.model.prefix_cache import RESTORE_MIN, PrefixCache
-from structspec.model.threads import IdleMeter, ThreadGovernor
+from structspec.model.threads import CallingThread, IdleMeter, ThreadGovernor
 
 _llama_backend_ready = False
 _log_callback: object = None  # keeps the ctypes callback alive
@@ -244,6 +245,7 @@ class LlamaModel:
         self.governor = ThreadGovernor(threads, IdleMeter(cores=os.cpu_count() or 1).idle_cores)
         self._threads_now = threads
         self._pinned = 0  # threads every decode uses while pinned (0: the governor decides)
+        self._caller = CallingThread()  # one thread for llama.cpp's calls (model/threads.py)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._slots = [_Slot(i) for i in range(slots)]
         self._slot = self._slots[0]
@@ -512,6 +514,13 @@ class LlamaModel:
         if threads != self._threads_now:
             self._llama.llama_set_n_threads(self._ctx, threads, threads)
             self._threads_now = threads
+        if threads > 1 and self._caller.moved():
+            print(
+                "structspec: warning: llama.cpp decodes from a second thread; its OpenMP "
+                "threads then wait in the kernel at every barrier and passes are slower "
+                "(load and decode the model on one thread: model/threads.py)",
+                file=sys.stderr,
+            )
         wall, cpu = time.perf_counter(), time.process_time()
         rc = self._llama.llama_decode(self._ctx, b)
         if not self._pinned:

@@ -20,11 +20,32 @@ thread count follows the machine:
 
 Decodes shorter than ``MIN_WALL_S`` say little (timer and scheduling noise)
 and are not counted.
+
+One thread for llama.cpp's calls
+--------------------------------
+llama-cpp-python's llama.cpp is built with OpenMP (libgomp): every graph runs
+in an ``omp parallel`` region and every barrier between its operations is an
+``omp barrier``. libgomp keeps one thread team per thread that opens such a
+region, for as long as that thread lives, and counts the teams' threads
+together: once they outnumber the cores it stops spinning at barriers (a few
+hundred loops instead of 300,000) and parks the waiting thread in the kernel.
+A model loaded and measured on one thread and decoded on another (the HTTP
+server's main thread, then its worker) leaves an idle team behind; on two
+cores that makes the count 3 > 2, so every barrier of every pass, hundreds per
+pass, sleeps and wakes through a futex. Passes get slower, the process gets
+less of its cores, and the governor above reads that as contention and drops
+to one thread (``docs/MEASUREMENTS.md``, "One thread for llama.cpp's calls":
+about 590 voluntary context switches per verification pass instead of none).
+So whatever drives a model makes all its llama.cpp calls on one thread: the
+language server and the HTTP server load it on their engine's worker thread.
+``CallingThread`` tells, once, when a multi-threaded decode comes from a
+second thread, so that an arrangement that slips is seen.
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -117,3 +138,27 @@ class ThreadGovernor:
             self.threads = max(1, min(threads - 1, int(share * threads)))
             self._shares.clear()
             self._since = self._checked = self._clock()
+
+
+class CallingThread:
+    """The thread of a model's first multi-threaded decode (whose OpenMP team it uses).
+
+    ``moved()`` is true once: at the first decode from another thread (see
+    "One thread for llama.cpp's calls" in the module docstring).
+    """
+
+    def __init__(self, ident: Callable[[], int] = threading.get_ident) -> None:
+        self._ident = ident
+        self.first: int | None = None
+        self._told = False
+
+    def moved(self) -> bool:
+        """Record the calling thread; true the first time it is not the first one's."""
+        now = self._ident()
+        if self.first is None:
+            self.first = now
+            return False
+        if now == self.first or self._told:
+            return False
+        self._told = True
+        return True
