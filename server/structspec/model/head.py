@@ -207,17 +207,6 @@ class NativeHead:
         return cls(packed, qtype, rows, cols, isa)
 
     @classmethod
-    def from_gguf(cls, path: Path, n_vocab: int, n_embd: int) -> NativeHead | None:
-        """The head of the GGUF at ``path``, or ``None`` where the kernel does not apply.
-
-        ``open`` without the reason.
-        """
-        try:
-            return cls.open(path, n_vocab, n_embd)
-        except NoNativeHead:
-            return None
-
-    @classmethod
     def open(cls, path: Path, n_vocab: int, n_embd: int) -> NativeHead:
         """The head of the GGUF at ``path``; ``NoNativeHead`` (why) where the kernel does not apply.
 

@@ -262,8 +262,6 @@ class LlamaModel:
         self.head = "llama.cpp"
         #: Why that code computes it, in one line (set at load: ``load``, ``_attach_head``).
         self.head_reason = "structspec's head was not tried"
-        #: The GGUF type of the output matrix (``Q6_K``), ``""`` where it was not read.
-        self.head_type = ""
         #: Evaluated prefixes on disk (``runtime.open_model`` attaches it), or ``None``.
         self.prefix_cache: PrefixCache | None = None
 
@@ -330,7 +328,6 @@ class LlamaModel:
             slots=slots,
             hidden=hidden,
         )
-        loaded.head_type = head_type(p)
         loaded.head_reason = reason
         if head is not None and hidden is not None:
             loaded._attach_head(head)
@@ -369,6 +366,15 @@ class LlamaModel:
             return
         self.head = "structspec"
         self.head_reason = head.covers()
+
+    @functools.cached_property
+    def head_type(self) -> str:
+        """The GGUF type of the output matrix (``Q6_K``), ``""`` where it cannot be read.
+
+        Read on first use (for the reports): reading a GGUF's header takes
+        0.5-0.8 s on a large vocabulary, too much to add to every load.
+        """
+        return head_type(self.path)
 
     def close(self) -> None:
         if self._closed:
