@@ -163,16 +163,24 @@ async function statusBarLatency(page) {
   }
 }
 
-/** Save the editor (Ctrl+S) and read the file once it differs from `previous`. */
+/**
+ * Save the editor (Ctrl+S) and read the file once it differs from `previous`
+ * and has stopped changing. The save truncates the file before writing it, so
+ * a read in between sees an empty or partial file: a text counts only when two
+ * reads 200 ms apart agree.
+ */
 async function saveAndRead(page, file, previous) {
   await page.keyboard.press('Control+S');
+  await page.waitForSelector('.tab.active.dirty', { state: 'detached', timeout: 10_000 }).catch(() => undefined);
   const deadline = Date.now() + 10_000;
   let text = fs.readFileSync(file, 'utf8');
-  while (text === previous && Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, 100));
-    text = fs.readFileSync(file, 'utf8');
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 200));
+    const again = fs.readFileSync(file, 'utf8');
+    const settled = again === text && again !== previous;
+    text = again;
+    if (settled || Date.now() >= deadline) return text;
   }
-  return text;
 }
 
 /** Drop unsaved edits (File: Revert File) and wait until the editor shows `saved` again. */
