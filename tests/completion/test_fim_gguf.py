@@ -2,8 +2,9 @@
 
 Each test writes a tiny llama GGUF with the family's special tokens (random
 weights, see ``fim_gguf``), loads it through ``LlamaModel`` and checks the
-prompt token by token: where BOS goes, prefix-suffix-middle order, the suffix
-without a dummy leading space, the repo-level layout of project context, and
+prompt token by token: where BOS goes, prefix-suffix-middle order with the
+cursor's line after the middle token, the suffix and the line without a dummy
+leading space, the repo-level layout of project context, and
 that the whole prompt, suffix included, is what the model's KV cache holds
 after a completion request.
 """
@@ -27,6 +28,8 @@ from structspec.model.llama import LlamaModel  # noqa: E402
 DOC = "def f(x):\n    return \n\nprint(f(2))\n"
 CURSOR = DOC.index("return ") + len("return ")
 PREFIX, SUFFIX = DOC[:CURSOR], DOC[CURSOR:]
+LINE_START = DOC.rindex("\n", 0, CURSOR) + 1
+WINDOW, LINE = DOC[:LINE_START], DOC[LINE_START:CURSOR]  # "def f(x):\n", "    return "
 URI = "file:///home/u/proj/a.py"
 HEADER = "# Path: a.py\n"
 
@@ -70,18 +73,22 @@ def test_prompt_is_laid_out_as_the_family_expects(tiny: tuple[TinyVocab, LlamaMo
     prompt = PromptBuilder(model).build(DOC, CURSOR, uri=URI, language="python")
     ids = vocab.ids
     bos = [] if vocab.bos is None else [vocab.bos]
-    prefix = tok(model, HEADER + PREFIX)
+    prefix = tok(model, HEADER + WINDOW)
     if vocab.family == "codellama":
-        # <s>▁<PRE> prefix ▁<SUF>suffix ▁<MID>: the dummy space goes before the prefix only.
+        # <s>▁<PRE> prefix ▁<SUF>suffix ▁<MID>line: the dummy space goes before the prefix only.
         plain = tok(model, SUFFIX)
         assert model.token_bytes(plain[0]) == b" "
         suffix = plain[1:]
-        assert model.detokenize(prefix) == " " + HEADER + PREFIX
+        assert model.detokenize(prefix) == " " + HEADER + WINDOW
     else:
         suffix = tok(model, SUFFIX)
-        assert model.detokenize(prefix) == HEADER + PREFIX
+        assert model.detokenize(prefix) == HEADER + WINDOW
     assert model.detokenize(suffix) == SUFFIX
-    assert prompt.tokens == [*bos, ids["pre"], *prefix, ids["suf"], *suffix, ids["mid"]]
+    middle_at = prompt.tokens.index(ids["mid"])
+    head = [*bos, ids["pre"], *prefix, ids["suf"], *suffix, ids["mid"]]
+    assert prompt.tokens[: middle_at + 1] == head
+    assert model.detokenize(prompt.tokens[middle_at + 1 :]) == LINE
+    assert prompt.insert_at == len(prompt.tokens) == middle_at + 1 + prompt.line
     assert prompt.fim and prompt.suffix_end == len(DOC) and prompt.context == 0
 
 
@@ -95,21 +102,23 @@ def test_project_context_layout(tiny: tuple[TinyVocab, LlamaModel]):
         lead = [ids["repo"], *tok(model, "proj\n"), ids["sep"]]
         lead += [*tok(model, "b.py\ndef g(y):\n    return y\n"), ids["sep"], *tok(model, "a.py\n")]
         assert prompt.tokens[: len(lead) + 1] == [*lead, ids["pre"]]
-        assert prompt.tokens[len(lead) + 1 :][: len(tok(model, PREFIX))] == tok(model, PREFIX)
+        assert prompt.tokens[len(lead) + 1 :][: len(tok(model, WINDOW))] == tok(model, WINDOW)
         assert prompt.context == len(lead)
     elif vocab.family == "starcoder":
         lead = [ids["repo"], *tok(model, "proj"), ids["sep"]]
         lead += [*tok(model, "b.py\ndef g(y):\n    return y\n"), ids["sep"]]
-        body = tok(model, "a.py\n" + PREFIX)
+        body = tok(model, "a.py\n" + WINDOW)
         assert prompt.tokens[: len(lead) + 1 + len(body)] == [*lead, ids["pre"], *body]
         assert prompt.context == len(lead)
     else:
         # No repo-level tokens: the snippet is a comment block inside the prefix.
         comment = "# Compare this snippet from b.py:\n# def g(y):\n#     return y\n"
-        body = tok(model, comment + HEADER + PREFIX)
+        body = tok(model, comment + HEADER + WINDOW)
         assert prompt.tokens[: 2 + len(body)] == [1, ids["pre"], *body]
         assert prompt.context == 0
-    assert fim_tail[0] in prompt.tokens and prompt.tokens[-1] == ids["mid"]
+    assert fim_tail[0] in prompt.tokens
+    middle_at = prompt.tokens.index(ids["mid"])
+    assert model.detokenize(prompt.tokens[middle_at + 1 :]) == LINE
 
 
 async def test_the_suffix_reaches_the_model(tiny: tuple[TinyVocab, LlamaModel]):
@@ -126,6 +135,8 @@ async def test_the_suffix_reaches_the_model(tiny: tuple[TinyVocab, LlamaModel]):
     # The engine evaluates the whole prompt (the last token on its first pass).
     assert cached[: len(expected)] == expected
     suffix_at = expected.index(vocab.ids["suf"])
-    assert model.detokenize(expected[suffix_at + 1 : -1]) == SUFFIX
+    middle_at = expected.index(vocab.ids["mid"])
+    assert model.detokenize(expected[suffix_at + 1 : middle_at]) == SUFFIX
+    assert model.detokenize(expected[middle_at + 1 :]) == LINE
     service.close()
     assert service.join(10)

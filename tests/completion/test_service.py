@@ -98,14 +98,46 @@ def test_prompt_cut_jumps_when_the_window_overflows():
     assert len(later.tokens) <= 512 - 64 - 16
 
 
-def test_fim_prompt_order_prefix_suffix_middle():
+def test_fim_prompt_order_prefix_suffix_middle_then_the_line():
     model = FimStandIn(n_ctx=512)
     p = PromptBuilder(model).build("def f(x):\n    return \n\nprint(f(2))\n", 21)
     fim = model.fim_tokens()
     assert fim is not None and p.fim
-    assert p.tokens[1] == fim.prefix and p.tokens[-1] == fim.middle
-    suffix_at = p.tokens.index(fim.suffix)
-    assert model.detokenize(p.tokens[suffix_at + 1 : -1]).startswith("\n\nprint(f(2))")
+    assert p.tokens[1] == fim.prefix
+    suffix_at, middle_at = p.tokens.index(fim.suffix), p.tokens.index(fim.middle)
+    assert model.detokenize(p.tokens[2:suffix_at]) == "def f(x):\n"
+    assert model.detokenize(p.tokens[suffix_at + 1 : middle_at]).startswith("\n\nprint(f(2))")
+    # The cursor's line before the cursor follows the middle token: the generated text goes last.
+    assert model.detokenize(p.tokens[middle_at + 1 :]) == "    return "
+    assert p.line == len(p.tokens) - middle_at - 1 and p.insert_at == len(p.tokens)
+
+
+def test_typing_on_a_fim_line_appends_to_the_prompt_and_a_new_line_moves_the_window_end():
+    model = FimStandIn(n_ctx=512)
+    builder = PromptBuilder(model)
+    text = "".join(f"v{i} = f({i})\n" for i in range(20)) + "total = \n\nprint(total)\n"
+    offset = text.index("total = ") + len("total = ")
+    before = builder.build(text, offset)
+    typed = text[:offset] + "v1" + text[offset:]
+    after = builder.build(typed, offset + 2, cut_hint=before.cut)
+    # Only the typed characters are new: the window, the suffix and the FIM tokens are kept.
+    assert after.tokens[: len(before.tokens) - 1] == before.tokens[:-1]
+    assert model.detokenize(after.tokens[len(before.tokens) - 1 :]).endswith("v1")
+    newline = typed[: offset + 2] + "\n" + typed[offset + 2 :]
+    next_line = builder.build(newline, offset + 3, cut_hint=before.cut)
+    fim = model.fim_tokens()
+    assert fim is not None and next_line.tokens[-1] == fim.middle and next_line.line == 0
+    window = next_line.tokens[2 : next_line.tokens.index(fim.suffix)]
+    assert model.detokenize(window).endswith("total = v1\n")
+
+
+def test_a_fim_line_longer_than_half_the_window_stays_in_the_window():
+    model = FimStandIn(n_ctx=512)
+    text = "x = [" + ", ".join(str(i) for i in range(300)) + "\n"
+    p = PromptBuilder(model).build(text, len(text) - 1, max_tokens=64)
+    fim = model.fim_tokens()
+    assert fim is not None and p.line == 0 and p.tokens[-1] == fim.middle
+    assert p.insert_at == p.tokens.index(fim.suffix)
 
 
 def test_header_and_sanitize():

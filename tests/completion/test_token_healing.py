@@ -44,7 +44,7 @@ def test_request_after_a_non_word_character_is_not_healed():
     assert result is None or (result.stats is not None and result.stats.healed_tokens == 0)
 
 
-def test_fill_in_the_middle_request_is_healed_before_the_suffix():
+def test_fill_in_the_middle_request_is_healed_at_the_cursor():
     model = StandInModel(seed=5, pieces=PIECES, eos_bias=-3.0, fim=True)
     svc = CompletionService(
         Settings(model="standin", debounce_ms=0, max_tokens=12, sources=()),
@@ -64,7 +64,9 @@ def test_fill_in_the_middle_request_is_healed_before_the_suffix():
     assert result.stats.healed_tokens == 1
     fim = model.fim_tokens()
     assert fim is not None
-    # What the model evaluated: the prefix without "re", then the suffix.
-    cached = list(model.cached_tokens)
-    assert model.detokenize(cached[: cached.index(fim.suffix)]).endswith("x = ")
-    assert model.detokenize(cached[cached.index(fim.suffix) :]).startswith("\n    return x")
+    # What the model evaluated: the window, the suffix, then the line without "re".
+    prompt = list(model.cached_tokens)[: result.stats.prompt_tokens]
+    suffix_at, middle_at = prompt.index(fim.suffix), prompt.index(fim.middle)
+    assert model.detokenize(prompt[:suffix_at]).endswith("def f(a):\n")
+    assert model.detokenize(prompt[suffix_at + 1 : middle_at]).startswith("\n    return x")
+    assert model.detokenize(prompt[middle_at + 1 :]) == "    x = "

@@ -353,7 +353,6 @@ def _start(
         speculative=settings.speculative,
         token_healing=settings.token_healing,
     )
-    fim = engine.model.fim_tokens() if prompt.fim else None
     generation = engine.stream(
         prompt.tokens,
         options,
@@ -362,8 +361,8 @@ def _start(
         suffix_tokens=inputs.suffix,
         recent_suggestions=inputs.recent,
         cancelled=cancelled,
-        # Token healing acts where the cursor is: before the suffix in a FIM prompt.
-        cursor=prompt.tokens.index(fim.suffix) if fim and fim.suffix in prompt.tokens else None,
+        # Token healing acts where the cursor is (``Prompt.insert_at``).
+        cursor=prompt.insert_at,
         margins=tracing(),
     )
     return generation, options

@@ -16,14 +16,20 @@ evaluates in 2 s (``rates.first_window_cap``, whatever ``windowTokens`` says);
 pre-warm grows it to the full window at that place while the user reads, and
 the kept cut moves there once it is cached (``choose_window``, ``grows``).
 
-With fill-in-the-middle tokens the order is prefix, suffix, middle
-(``FIM_PRE header+window FIM_SUF suffix FIM_MID``, after BOS when the
-vocabulary adds one): the stable part still comes first and only the short
-suffix after it is re-evaluated (so it holds what the machine evaluates in a
-share of a keystroke's answer: ``suffix_budget``). The suffix is tokenized as a continuation:
-a SentencePiece vocabulary's dummy leading space (CodeLlama's
-``<PRE> prefix <SUF>suffix <MID>``) goes before the prefix only. Models
-without FIM tokens (Gemma 3) get the prefix only.
+With fill-in-the-middle tokens the order is prefix, suffix, middle, and the
+cursor's line before the cursor goes after the middle token (``FIM_PRE
+header+window FIM_SUF suffix FIM_MID line``, after BOS when the vocabulary
+adds one; llama.cpp's ``/infill`` takes the same layout, its ``prompt`` after
+the middle token, which llama.vim fills with the line before the cursor). The
+window ends at the cursor's line start, so typing on a line appends to the
+prompt's end and a keystroke evaluates only its own tokens; the suffix
+(``suffix_budget``) and the FIM tokens are evaluated again once per line, when
+the window's end moves. A line before the cursor of more than half the window
+(a minified file) stays in the window instead (``LINE_SHARE``), the cursor then
+before the suffix. The suffix and the line are tokenized as continuations: a
+SentencePiece vocabulary's dummy leading space (CodeLlama's ``<PRE> prefix
+<SUF>suffix <MID>``) goes before the prefix only. Models without FIM tokens
+(Gemma 3) get the prefix only.
 
 Project context (snippets of other files, see ``snippets``) goes before the
 window. With repo-level tokens in the vocabulary it is laid out as the model
@@ -82,13 +88,16 @@ TYPED_ON = 8
 GROW_BELOW = 0.7
 #: Suffix tokens kept in a FIM prompt, at most (re-evaluated on every request).
 FIM_SUFFIX_TOKENS = 256
-#: Seconds of a keystroke's answer the suffix's evaluation may take: typing
-#: changes the window's end, so every request evaluates the suffix again. At
+#: Seconds of a keystroke's answer the suffix's evaluation may take: a new
+#: line moves the window's end, so its first request evaluates the suffix again. At
 #: the measured prompt rate (``suffix_budget``): 16 tokens on a 1.5B model on 2
 #: cores (163 tokens/s), 256 from 2,560 tokens/s.
 SUFFIX_S = 0.1
 #: Fewest suffix tokens kept (about a line), whatever the rate.
 SUFFIX_MIN = 16
+#: Most of the window budget the cursor's line before the cursor may take after
+#: the FIM middle token; a longer one stays in the window.
+LINE_SHARE = 0.5
 #: Most tokens of project context before the window (and at most a third of the
 #: room and of the window's budget: a first window's prompt stays small).
 CONTEXT_TOKENS = 512
@@ -179,11 +188,24 @@ class Prompt:
     fim: bool
     context: int = 0  # project-context tokens before the window (repo-level layout)
     suffix: int = 0  # tokens after the window: the FIM suffix and the FIM tokens around it
+    # (before the line)
+    line: int = 0  # tokens of the cursor's line after the FIM middle token (the prompt's end)
 
     @property
     def before_cursor(self) -> int:
         """Tokens of the prompt before the cursor (all but the FIM suffix part)."""
         return len(self.tokens) - self.suffix
+
+    @property
+    def insert_at(self) -> int:
+        """Where in ``tokens`` the generated text goes: the end, or before a FIM suffix.
+
+        Only a FIM prompt whose cursor line stayed in the window (or that has
+        no line before the cursor) has its suffix after the cursor.
+        """
+        if self.fim and not self.line:
+            return len(self.tokens) - self.suffix
+        return len(self.tokens)
 
 
 def _line_start_at_or_after(text: str, pos: int, limit: int) -> int:
@@ -372,15 +394,15 @@ class PromptBuilder:
         lead, header = self._context(uri, language, context, most)
         room -= len(lead)
         budget = window_budget(max(4, room - len(self.bos)), window_tokens)
-        cut, body = self._window(text, offset, header, budget, cut_hint)
-        after = 0
-        if self.fim is not None:
-            f = self.fim
-            tokens = [*self.bos, *lead, f.prefix, *body, f.suffix, *suffix_tokens, f.middle]
-            after = len(suffix_tokens) + 2
-        else:
-            tokens = [*self.bos, *lead, *body]
-        return Prompt(tokens, cut, offset, suffix_end, self.fim is not None, len(lead), after)
+        if self.fim is None:
+            cut, body = self._window(text, offset, header, budget, cut_hint)
+            return Prompt([*self.bos, *lead, *body], cut, offset, offset, False, len(lead))
+        end, line = self._line(text, offset, budget)
+        cut, body = self._window(text, end, header, budget - len(line), cut_hint)
+        f = self.fim
+        tokens = [*self.bos, *lead, f.prefix, *body, f.suffix, *suffix_tokens, f.middle, *line]
+        after = len(suffix_tokens) + 2
+        return Prompt(tokens, cut, offset, suffix_end, True, len(lead), after, len(line))
 
     # -- project context ----------------------------------------------------
     def _context(
@@ -480,7 +502,23 @@ class PromptBuilder:
         # Pathological text (no line breaks, odd tokenization): keep the last tokens.
         return cut, tokens[-budget:]
 
-    # -- the suffix (FIM only) --------------------------------------------
+    # -- the line before the cursor and the suffix (FIM only) --------------
+    def _line(self, text: str, offset: int, budget: int) -> tuple[int, list[int]]:
+        """Where the window ends and the tokens after the FIM middle token.
+
+        The window ends at the cursor's line start (or at the anchor before the
+        cursor in a line without breaks, see ``_is_anchor``), and the line's
+        text up to the cursor follows the middle token. A line of more than
+        ``LINE_SHARE`` of ``budget`` stays in the window: ``(offset, [])``.
+        """
+        start = max(text.rfind("\n", 0, offset) + 1, offset - offset % ANCHOR_CHARS)
+        if start >= offset:
+            return offset, []
+        tokens = self._continuation(sanitize(text[start:offset]))
+        if len(tokens) > budget * LINE_SHARE:
+            return offset, []
+        return start, tokens
+
     def _suffix(self, text: str, offset: int, budget: int) -> tuple[list[int], int]:
         if budget <= 0 or offset >= len(text):
             return [], offset
