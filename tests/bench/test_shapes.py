@@ -192,16 +192,20 @@ def test_the_json_carries_the_fields_per_shape(tmp_path: Path, monkeypatch) -> N
         for k, r in canned.items()
         if "error" not in r
     }
-    monkeypatch.setattr(
-        shapes,
-        "_measure_in_child",
-        lambda path, args: dict(measured["default" if not path else "Qwen2.5-Coder-0.5B"]),
-    )
+    probes: list[str] = []
+
+    def child(path: str, args: object, probe: str = "") -> dict:
+        probes.append(probe)
+        return dict(measured["default" if not path else "Qwen2.5-Coder-0.5B"])
+
+    monkeypatch.setattr(shapes, "_measure_in_child", child)
     monkeypatch.setattr(
         shapes, "predicted_speedups", lambda tables, recs: {n: {"r.json": 1.5} for n in tables}
     )
     shape = SHAPES["Qwen2.5-Coder-0.5B"]
     shape_models.shape_path(shape, tmp_path).write_bytes(b"GGUF")
+    probe = shape_models.shape_path(shape.head_probe(), tmp_path)
+    probe.write_bytes(b"GGUF")
     out, md = tmp_path / "r.json", tmp_path / "r.md"
     rc = shapes.main(
         [
@@ -218,6 +222,7 @@ def test_the_json_carries_the_fields_per_shape(tmp_path: Path, monkeypatch) -> N
         ]
     )
     assert rc == 0
+    assert probes == [str(probe), ""]  # a shape's head costs come from its probe; not the default's
     data = json.loads(out.read_text())
     for name in (shape.name, "default"):
         r = data["shapes"][name]
@@ -304,3 +309,24 @@ def test_each_heads_own_cost_is_measured_on_a_tiny_shape(tmp_path: Path) -> None
         assert model.head_type == "Q8_0" and model.head_reason
     finally:
         model.close()
+
+
+def test_a_head_probe_is_the_shape_with_one_layer() -> None:
+    for shape in SHAPES.values():
+        probe = shape.head_probe()
+        assert probe.n_layer == 1 and probe.name == f"{shape.name}-head"
+        same = ("arch", "n_embd", "n_vocab", "n_tokens", "tied", "specials", "pre")
+        assert all(getattr(probe, f) == getattr(shape, f) for f in same), shape.name
+
+
+def test_a_shapes_head_costs_come_from_its_probe(tmp_path: Path) -> None:
+    shape = SHAPES["Qwen2.5-Coder-1.5B"].tiny()
+    path, probe = tmp_path / "tiny.gguf", tmp_path / "tiny-head.gguf"
+    write_gguf(shape, path)
+    write_gguf(shape.head_probe(), probe)
+    r = shapes.measure_model(
+        str(path), threads=1, prompt_tokens=32, decode_tokens=2, head_probe=str(probe)
+    )
+    assert r["head_measured_on"] == "one layer"
+    assert list(r["no_head_ms"]) == [str(n) for n in HEAD_ROWS]
+    assert set(r["head_ms"]) == {r["head"], "llama.cpp"} and r["prompt_tps"] > 0

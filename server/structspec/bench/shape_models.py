@@ -72,6 +72,14 @@ class Shape:
     def real_tokens(self) -> int:
         return self.n_tokens or self.n_vocab
 
+    def head_probe(self) -> Shape:
+        """The same shape with one layer: its head costs what the real one's does.
+
+        On a 1.5B-7B model a head's share of a pass is a small difference of
+        two large, noisy pass times; with one layer it is most of the pass.
+        """
+        return replace(self, name=f"{self.name}-head", n_layer=1)
+
     def tiny(self, *, n_vocab: int = 600) -> Shape:
         """The same architecture and tokenizer layout at toy sizes (a test's GGUF).
 

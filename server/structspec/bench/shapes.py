@@ -20,8 +20,10 @@ real architecture, hyper-parameters, vocabulary size and quantization mix and
    decode tokens/s (one row per pass), the verification cost table (1-16
    rows) with the head structspec uses and, where that is its own kernel,
    with llama.cpp's head beside; and each head's own cost (``measure_head_ms``):
-   passes of 1, 4, 8 and 16 rows with each head and with none, so that a
-   head's share of a pass shows where the layers dominate it (1.5B-7B);
+   passes of 1, 4, 8 and 16 rows with each head and with none, on the shape's
+   *head probe* (``Shape.head_probe``: the same vocabulary, width and head
+   type with one layer, built beside it), so that the head's cost is not a
+   small difference of two large pass times;
 3. replays the recorded greedy outputs (``bench/replay.py``; the recordings
    are of the default model, so the acceptance is that model's) under each
    shape's cost table: the speed-up speculation would give at that cost;
@@ -79,7 +81,9 @@ HEAD_ROWS = (1, 4, 8, 16)
 HEAD_TARGET = 0.8
 HEAD_VERDICT_ROWS = 8
 #: Repetitions of each head-cost measurement (the median is kept).
-HEAD_REPS = 5
+HEAD_REPS = 9
+#: Prompt-rate measurements per model (the median is kept).
+PROMPT_REPS = 3
 
 # -- measuring one model (in a child process) -------------------------------
 _TEXT = (
@@ -200,11 +204,13 @@ def head_verdict(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure_model(
-    path: str, *, threads: int, prompt_tokens: int, decode_tokens: int
+    path: str, *, threads: int, prompt_tokens: int, decode_tokens: int, head_probe: str = ""
 ) -> dict[str, Any]:
-    """Load time, peak RSS, prompt and decode rates and the cost table(s) of one GGUF.
+    """Load time, peak RSS, prompt and decode rates, the cost table(s) and head costs of one GGUF.
 
-    ``path`` empty: the default model.
+    ``path`` empty: the default model. ``head_probe``: the shape's one-layer
+    GGUF (``Shape.head_probe``) whose passes give each head's own cost; empty:
+    the model's own passes (the default model, whose layers are cheap).
     """
     from structspec.model.llama import LlamaModel
     from structspec.model.paths import default_model_path
@@ -217,9 +223,13 @@ def measure_model(
     tokens = model.tokenize(_TEXT * 64)[:prompt_tokens]
     model.prefill(tokens[:16])  # warm-up: the first decode pages the weights in
     model.truncate(0)
-    t0 = time.perf_counter()
-    model.prefill(tokens)
-    prompt_s = time.perf_counter() - t0
+    prompt_runs = []
+    for _ in range(PROMPT_REPS):
+        t0 = time.perf_counter()
+        model.prefill(tokens)
+        prompt_runs.append(time.perf_counter() - t0)
+        model.truncate(0)
+    prompt_s = sorted(prompt_runs)[len(prompt_runs) // 2]
     token = tokens[-1]
     t0 = time.perf_counter()
     for _ in range(decode_tokens):
@@ -229,7 +239,7 @@ def measure_model(
     if model.head != "llama.cpp":
         with model.llama_cpp_head():
             verify["llama.cpp"] = list(measure_verify_cost(model).ms)
-    head_ms, no_head_ms = measure_head_ms(model)
+    head_ms, no_head_ms = ({}, {}) if head_probe else measure_head_ms(model)
     result = {
         "model": file.name,
         "file_mb": file.stat().st_size / 2**20,
@@ -247,17 +257,26 @@ def measure_model(
         "verify_ms": verify,
         "head_ms": head_ms,
         "no_head_ms": no_head_ms,
+        "head_measured_on": "one layer" if head_probe else "the model",
     }
     model.close()
-    result["rss_mb"] = _peak_rss_mb()
+    result["rss_mb"] = _peak_rss_mb()  # before the probe: its peak is the model's alone
+    if head_probe:
+        probe = LlamaModel.load(head_probe, n_ctx=4096, threads=threads)
+        try:
+            result["head_ms"], result["no_head_ms"] = measure_head_ms(probe)
+            if probe.head != result["head"]:
+                result["head_probe_head"] = probe.head
+        finally:
+            probe.close()
     return result
 
 
-def _measure_in_child(path: str, args: argparse.Namespace) -> dict[str, Any]:
+def _measure_in_child(path: str, args: argparse.Namespace, head_probe: str = "") -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "structspec.bench.shapes", "--measure", path or DEFAULT,
         "--threads", str(args.threads), "--prompt-tokens", str(args.prompt_tokens),
-        "--decode-tokens", str(args.decode_tokens),
+        "--decode-tokens", str(args.decode_tokens), "--head-probe", head_probe,
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
@@ -411,6 +430,9 @@ def _head_section(measured: dict[str, dict[str, Any]]) -> list[str]:
         "output row, and skips the last layer's feed-forward on those rows too, which both "
         "heads pay: the ratio is if anything too close to 1); the median of "
         f"{HEAD_REPS} repetitions, the heads, the no-head pass and the row counts interleaved. "
+        "A shape's passes are those of its head probe: the same vocabulary, width and head "
+        "type with one layer (a head's cost is then most of a pass, not a small difference "
+        "of two large, noisy pass times); the default model's are its own. "
         f"Where structspec's kernel covers the head's type, {HEAD_VERDICT_ROWS} rows should "
         f"cost at most {HEAD_TARGET:g}x llama.cpp's head; elsewhere the reason llama.cpp's "
         "head is kept is given (decided when the model loads: `LlamaModel.head_reason`).",
@@ -440,6 +462,8 @@ def _head_section(measured: dict[str, dict[str, Any]]) -> list[str]:
                 ours, theirs = head_ms["structspec"].get(key), head_ms["llama.cpp"].get(key)
                 cells.append(f"{ours / theirs:.2f}x" if ours is not None and theirs else "n/a")
             lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        if r.get("head_probe_head"):
+            lines += ["", f"(The head probe used {r['head_probe_head']}'s head.)"]
         lines += ["", f"Verdict: {verdict['text']}."]
     return lines
 
@@ -483,6 +507,7 @@ def parser(prog: str = "python -m structspec.bench.shapes") -> argparse.Argument
     p.add_argument("--json-out", default="")
     p.add_argument("--markdown-out", default="")
     p.add_argument("--measure", default="", help=argparse.SUPPRESS)  # the child's job
+    p.add_argument("--head-probe", default="", help=argparse.SUPPRESS)  # and its head probe
     return p
 
 
@@ -493,7 +518,12 @@ def run_shapes(args: argparse.Namespace, command: str) -> int:
     selected = args.shape or [*SHAPES, DEFAULT]
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     quantize = args.quantize or shutil.which("llama-quantize") or ""
-    missing = [n for n in selected if n != DEFAULT and not shape_path(SHAPES[n], cache).is_file()]
+    missing = [
+        n
+        for n in selected
+        if n != DEFAULT
+        and not all(shape_path(s, cache).is_file() for s in (SHAPES[n], SHAPES[n].head_probe()))
+    ]
     if missing and not (quantize and os.access(quantize, os.X_OK)):
         print(_BUILD_HINT, file=sys.stderr)
         return 2
@@ -512,15 +542,16 @@ def run_shapes(args: argparse.Namespace, command: str) -> int:
     for name in selected:
         try:
             if name == DEFAULT:
-                path = ""
+                path = probe = ""
             else:
                 print(
                     f"shapes: building {name} (once)" if name in missing else f"shapes: {name}",
                     file=sys.stderr,
                 )
                 path = str(build_shape(SHAPES[name], cache, quantize))
+                probe = str(build_shape(SHAPES[name].head_probe(), cache, quantize))
             print(f"shapes: measuring {name}", file=sys.stderr)
-            r = _measure_in_child(path, args)
+            r = _measure_in_child(path, args, probe)
         except (ShapeError, OSError, ValueError) as exc:
             print(f"shapes: {exc}", file=sys.stderr)
             report["shapes"][name] = {"error": str(exc)}
@@ -562,6 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             threads=args.threads,
             prompt_tokens=args.prompt_tokens,
             decode_tokens=args.decode_tokens,
+            head_probe=args.head_probe,
         )
         print(json.dumps(r))
         return 0
