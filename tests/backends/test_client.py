@@ -43,7 +43,8 @@ def test_infill_streams_with_prefix_suffix_extra_cache_and_slot(server: FakeBack
     request = RemoteRequest(REQUEST.prefix, REQUEST.suffix, 16, ("\n",), "file:///a.py", extra)
     assert text_of(backend, request) == "add(3, 4)\n"
     (seen,) = server.posts("/infill")
-    assert seen.body["input_prefix"] == REQUEST.prefix
+    # The cursor's line after the FIM middle token (``prompt``), as llama.vim sends it.
+    assert seen.body["input_prefix"] == "x = add(1, 2)\n" and seen.body["prompt"] == "y = "
     assert seen.body["input_suffix"] == REQUEST.suffix
     assert seen.body["input_extra"] == [{"filename": "util.py", "text": extra[0][1]}]
     assert seen.body["stream"] is True and seen.body["cache_prompt"] is True

@@ -26,6 +26,11 @@ TEXT = "def add(a, b):\n    return a + b\n\nx = add(1, 2)\ny = "
 END = CompletionRequest("u", 4, 4)
 
 
+def sent_prefix(body: dict) -> str:
+    """The text before the cursor an /infill body carries: ``input_prefix``, then the line."""
+    return body["input_prefix"] + body.get("prompt", "")
+
+
 def no_local_model(spec: str, **kwargs: Any) -> Any:
     raise AssertionError("a local model was opened although `backend` is set")
 
@@ -55,7 +60,7 @@ def test_completes_through_the_backend_and_types_through_without_a_request() -> 
             first = await svc.complete(END)
             assert first is not None and first.text == "add(3, 4)" and first.source == "model"
             (seen,) = server.posts("/infill")
-            assert seen.body["input_prefix"] == TEXT and seen.body["stop"] == ["\n"]
+            assert sent_prefix(seen.body) == TEXT and seen.body["stop"] == ["\n"]
             status = svc.status()
             assert status.model == f"llama-server /infill at {server.url}"
             assert status.last_latency_ms is not None and status.tokens_per_second is not None
@@ -193,7 +198,7 @@ def test_token_healing_backs_up_over_the_partial_word(
             got = await svc.complete(CompletionRequest("u", 1, 7))
             assert (got.text if got is not None else None) == expected
             (seen,) = server.posts("/infill")
-            assert seen.body["input_prefix"] == sent
+            assert sent_prefix(seen.body) == sent
             # llama-server is told the word; the answer is still checked (a server may not obey)
             assert seen.body.get("grammar") == ('root ::= "ret" .*' if healing else None)
             svc.close()
@@ -329,7 +334,7 @@ async def shown_and_pregenerated(svc: CompletionService, server: FakeBackend) ->
     asked, longer = server.posts("/infill")
     assert asked.body["stop"] == ["\n"] and longer.body["stop"] == []
     assert longer.body["n_predict"] == PREGENERATION_FACTOR * asked.body["n_predict"]
-    assert longer.body["input_prefix"] == asked.body["input_prefix"]
+    assert sent_prefix(longer.body) == sent_prefix(asked.body)
     await wait_for(lambda: svc._sessions["u"].pending.continuation is not None)
 
 
@@ -365,7 +370,7 @@ def test_an_edit_that_leaves_the_longer_answer_sends_a_request() -> None:
             got = await svc.complete(CompletionRequest("u", 4, 5))
             assert got is not None and got.source == "model"
             assert len(server.posts("/infill")) == 3
-            assert server.posts("/infill")[2].body["input_prefix"] == TEXT + "-"
+            assert sent_prefix(server.posts("/infill")[2].body) == TEXT + "-"
             svc.close()
 
     asyncio.run(scenario())
@@ -431,7 +436,7 @@ def test_the_longer_request_backs_up_over_the_partial_word_too() -> None:
             first = await svc.complete(CompletionRequest("u", 1, 7))
             assert first is not None and first.text == "urn a + b"
             await wait_for(lambda: len(server.posts("/infill")) == 2)
-            assert server.posts("/infill")[1].body["input_prefix"] == "def f(a, b):\n    "
+            assert sent_prefix(server.posts("/infill")[1].body) == "def f(a, b):\n    "
             await wait_for(lambda: svc._sessions["u"].pending.continuation is not None)
             svc.change_document("u", 2, [TextChange("urn a + b", Range(1, 7, 1, 7))])
             after = await svc.complete(CompletionRequest("u", 1, 16))

@@ -356,7 +356,12 @@ class RemoteBackend:
             if request.healed:  # /infill and /completion both take a grammar
                 body["grammar"] = healing_grammar(request.healed)
             if protocol == "infill":
-                body["input_prefix"] = request.prefix
+                # The cursor's line goes in ``prompt``, which llama-server puts after the
+                # FIM middle token (as llama.vim does): typing on a line then extends the
+                # cached prompt's end instead of changing what comes before the suffix.
+                line_start = request.prefix.rfind("\n") + 1
+                body["input_prefix"] = request.prefix[:line_start]
+                body["prompt"] = request.prefix[line_start:]
                 body["input_suffix"] = request.suffix
                 body["input_extra"] = [{"filename": f, "text": t} for f, t in request.extra]
             else:  # a model without FIM tokens: the prefix, unless fimTemplate says otherwise
