@@ -86,7 +86,7 @@ TYPED_ON = 8
 #: of it against the 128-token floor of the window in effect: 85 of 128 tokens
 #: at 43 tokens/s (Qwen2.5-Coder-7B on 2 cores) is grown.
 GROW_BELOW = 0.7
-#: Suffix tokens kept in a FIM prompt, at most (re-evaluated on every request).
+#: Suffix tokens kept in a FIM prompt, at most (evaluated again on each new line).
 FIM_SUFFIX_TOKENS = 256
 #: Seconds of a keystroke's answer the suffix's evaluation may take: a new
 #: line moves the window's end, so its first request evaluates the suffix again. At
@@ -187,8 +187,7 @@ class Prompt:
     suffix_end: int  # end of the suffix window (== offset without FIM)
     fim: bool
     context: int = 0  # project-context tokens before the window (repo-level layout)
-    suffix: int = 0  # tokens after the window: the FIM suffix and the FIM tokens around it
-    # (before the line)
+    suffix: int = 0  # tokens between the window and the line: the FIM suffix and FIM tokens
     line: int = 0  # tokens of the cursor's line after the FIM middle token (the prompt's end)
 
     @property
@@ -198,10 +197,11 @@ class Prompt:
 
     @property
     def insert_at(self) -> int:
-        """Where in ``tokens`` the generated text goes: the end, or before a FIM suffix.
+        """Where token healing acts: the cursor's place in ``tokens``.
 
-        Only a FIM prompt whose cursor line stayed in the window (or that has
-        no line before the cursor) has its suffix after the cursor.
+        The end, unless a FIM prompt has no line after its middle token (the
+        cursor's line stayed in the window, or the cursor is at a line start):
+        then its window ends at the cursor, before the suffix.
         """
         if self.fim and not self.line:
             return len(self.tokens) - self.suffix
