@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from tests.helpers.fim_gguf import TinyVocab, write_tiny_fim_gguf
 
-from structspec.completion.prompt import PromptBuilder, repo_tokens
+from structspec.completion.prompt import PromptBuilder, fim_text_tokens, repo_tokens
 from structspec.completion.service import CompletionRequest, CompletionService
 from structspec.completion.snippets import Snippet
 from structspec.config import Settings
@@ -90,6 +90,17 @@ def test_prompt_is_laid_out_as_the_family_expects(tiny: tuple[TinyVocab, LlamaMo
     assert model.detokenize(prompt.tokens[middle_at + 1 :]) == LINE
     assert prompt.insert_at == len(prompt.tokens) == middle_at + 1 + prompt.line
     assert prompt.fim and prompt.suffix_end == len(DOC) and prompt.context == 0
+
+
+def test_an_api_prompt_and_suffix_take_the_editors_layout(tiny: tuple[TinyVocab, LlamaModel]):
+    """``structspec serve``'s ``prompt`` + ``suffix``: the tokens the language server sends."""
+    _, model = tiny
+    fim = model.fim_tokens()
+    assert fim is not None
+    assert (
+        fim_text_tokens(model, fim, PREFIX, SUFFIX)
+        == PromptBuilder(model).build(DOC, CURSOR).tokens
+    )
 
 
 def test_project_context_layout(tiny: tuple[TinyVocab, LlamaModel]):

@@ -52,7 +52,7 @@ from structspec.completion.documents import uri_path
 from structspec.completion.prewarm import PromptRate, restorable_prefix, reusable_prefix
 from structspec.completion.snippets import Snippet
 from structspec.engine.decode import PASS_ROWS_RESERVE
-from structspec.model.base import Model
+from structspec.model.base import FimTokens, Model
 from structspec.model.extras import contended
 from structspec.rates import first_window_cap
 from structspec.syntax.table import GrammarTableError, load_table
@@ -146,6 +146,51 @@ def snippet_comment(snippet: Snippet, leader: str) -> str:
     lines = sanitize(snippet.text).split("\n")
     body = "".join(f"{leader} {line}".rstrip() + "\n" for line in lines)
     return f"{leader} Compare this snippet from {snippet.path}:\n{body}"
+
+
+def has_space_prefix(model: Model) -> bool:
+    """The vocabulary puts a dummy space before every tokenized text (SentencePiece)."""
+    return model.detokenize(model.tokenize("a", add_bos=False)) == " a"
+
+
+def continuation_tokens(model: Model, text: str, space_prefix: bool | None = None) -> list[int]:
+    """Tokens of ``text`` continuing earlier text: no dummy leading space (SentencePiece).
+
+    ``space_prefix``: ``has_space_prefix(model)``, when the caller knows it.
+    """
+    tokenize = model.tokenize
+    if not (has_space_prefix(model) if space_prefix is None else space_prefix):
+        return tokenize(text, add_bos=False)
+    # Tokenize behind a newline (which no piece merges across) and drop it.
+    lead = tokenize("\n", add_bos=False)
+    tokens = tokenize("\n" + text, add_bos=False)
+    if tokens[: len(lead)] == lead:
+        return tokens[len(lead) :]
+    tokens = tokenize(text, add_bos=False)
+    if tokens and model.token_bytes(tokens[0]) == b" ":
+        tokens = tokens[1:]
+    return tokens
+
+
+def fim_text_tokens(model: Model, fim: FimTokens, before: str, after: str) -> list[int]:
+    """A FIM prompt of whole texts (an API request's prompt and suffix), laid out as ``build``.
+
+    ``BOS FIM_PRE before-to-its-last-line FIM_SUF after FIM_MID last-line``: a
+    client that sends the text again with a character more shares all but its
+    last tokens with the KV cache.
+    """
+    space = has_space_prefix(model)
+    start = before.rfind("\n") + 1
+    bos = model.bos_token()
+    return [
+        *([bos] if bos is not None else []),
+        fim.prefix,
+        *model.tokenize(before[:start], add_bos=False),
+        fim.suffix,
+        *continuation_tokens(model, after, space),
+        fim.middle,
+        *continuation_tokens(model, before[start:], space),
+    ]
 
 
 @dataclass(frozen=True)
@@ -353,8 +398,7 @@ class PromptBuilder:
         bos = model.bos_token()
         self.bos: list[int] = [bos] if bos is not None else []
         self.repo = repo_tokens(model) if self.fim is not None else None
-        # SentencePiece vocabularies put a dummy space before every tokenized text.
-        self._space_prefix = model.detokenize(model.tokenize("a", add_bos=False)) == " a"
+        self._space_prefix = has_space_prefix(model)
         self._context_cache: tuple[tuple[object, ...], tuple[list[int], str]] | None = None
         #: Prompt tokens/s of this model's latest prefill chunks (``first_window``,
         #: ``suffix_budget``).
@@ -531,16 +575,4 @@ class PromptBuilder:
         return tokens[:budget], end
 
     def _continuation(self, text: str) -> list[int]:
-        """Tokens of ``text`` continuing earlier text: no dummy leading space (SentencePiece)."""
-        tokenize = self.model.tokenize
-        if not self._space_prefix:
-            return tokenize(text, add_bos=False)
-        # Tokenize behind a newline (which no piece merges across) and drop it.
-        lead = tokenize("\n", add_bos=False)
-        tokens = tokenize("\n" + text, add_bos=False)
-        if tokens[: len(lead)] == lead:
-            return tokens[len(lead) :]
-        tokens = tokenize(text, add_bos=False)
-        if tokens and self.model.token_bytes(tokens[0]) == b" ":
-            tokens = tokens[1:]
-        return tokens
+        return continuation_tokens(self.model, text, self._space_prefix)

@@ -40,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from structspec.completion.prompt import fim_text_tokens
 from structspec.engine.decode import Engine, EngineError, GenerationOptions, GenerationResult
 from structspec.http.chat import TemplateError, chat_prompt, model_chat_template
 from structspec.http.common import (
@@ -278,16 +279,7 @@ class EngineApp:
                 f"the model {self.model_id!r} has no fill-in-the-middle tokens; leave out 'suffix'",
                 param="suffix",
             )
-        bos = model.bos_token()
-        head = [bos] if bos is not None else []
-        return [
-            *head,
-            fim.prefix,
-            *model.tokenize(req.prompt, add_bos=False),
-            fim.suffix,
-            *model.tokenize(req.suffix, add_bos=False),
-            fim.middle,
-        ], ()
+        return fim_text_tokens(model, fim, req.prompt, req.suffix), ()
 
     def _work(
         self, req: CompletionRequest, post: Callable[[Event], None]
