@@ -182,15 +182,24 @@ def fim_text_tokens(model: Model, fim: FimTokens, before: str, after: str) -> li
     space = has_space_prefix(model)
     start = before.rfind("\n") + 1
     bos = model.bos_token()
-    return [
-        *([bos] if bos is not None else []),
-        fim.prefix,
-        *model.tokenize(before[:start], add_bos=False),
-        fim.suffix,
-        *continuation_tokens(model, after, space),
-        fim.middle,
-        *continuation_tokens(model, before[start:], space),
-    ]
+    return fim_order(
+        fim,
+        [bos] if bos is not None else [],
+        model.tokenize(before[:start], add_bos=False),
+        continuation_tokens(model, after, space),
+        continuation_tokens(model, before[start:], space),
+    )
+
+
+def fim_order(
+    fim: FimTokens,
+    head: Sequence[int],
+    window: Sequence[int],
+    suffix: Sequence[int],
+    line: Sequence[int],
+) -> list[int]:
+    """The FIM layout (module docstring): ``head FIM_PRE window FIM_SUF suffix FIM_MID line``."""
+    return [*head, fim.prefix, *window, fim.suffix, *suffix, fim.middle, *line]
 
 
 @dataclass(frozen=True)
@@ -443,8 +452,7 @@ class PromptBuilder:
             return Prompt([*self.bos, *lead, *body], cut, offset, offset, False, len(lead))
         end, line = self._line(text, offset, budget)
         cut, body = self._window(text, end, header, budget - len(line), cut_hint)
-        f = self.fim
-        tokens = [*self.bos, *lead, f.prefix, *body, f.suffix, *suffix_tokens, f.middle, *line]
+        tokens = fim_order(self.fim, [*self.bos, *lead], body, suffix_tokens, line)
         after = len(suffix_tokens) + 2
         return Prompt(tokens, cut, offset, suffix_end, True, len(lead), after, len(line))
 

@@ -120,6 +120,12 @@ def isa_supported(isa: str) -> bool:
     return bool(lib is not None and isa in ISAS and lib.ss_head_isa_supported(ISAS[isa]))
 
 
+def _forced_isa() -> str:
+    """The instruction set ``STRUCTSPEC_HEAD_ISA`` names, lower case (``""``: none, or ``auto``)."""
+    forced = os.environ.get("STRUCTSPEC_HEAD_ISA", "").strip().lower()
+    return "" if forced == "auto" else forced
+
+
 def isa_choice() -> tuple[str | None, str]:
     """The instruction set the kernel runs with here and, where it has none, why.
 
@@ -130,8 +136,8 @@ def isa_choice() -> tuple[str | None, str]:
     """
     if _kernel() is None:
         return None, "structspec's head kernel is not built (server/structspec/model/_head.c)"
-    forced = os.environ.get("STRUCTSPEC_HEAD_ISA", "").strip().lower()
-    if forced in ("", "auto"):
+    forced = _forced_isa()
+    if not forced:
         best = next((isa for isa in ISAS if isa_supported(isa)), None)
         if best is None:
             return None, f"this CPU has none of the kernel's instruction sets ({', '.join(ISAS)})"
@@ -150,10 +156,7 @@ def chosen_isa() -> str | None:
     logged: llama.cpp computes the head.
     """
     isa, why = isa_choice()
-    if isa is None and os.environ.get("STRUCTSPEC_HEAD_ISA", "").strip().lower() not in (
-        "",
-        "auto",
-    ):
+    if isa is None and _forced_isa():
         log.warning("%s: llama.cpp computes the output head", why)
     return isa
 
