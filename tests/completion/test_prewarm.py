@@ -25,6 +25,7 @@ from structspec.completion.prompt import (
     Prompt,
     PromptBuilder,
     choose_window,
+    prompt_room,
 )
 from structspec.completion.service import CompletionRequest, CompletionService
 from structspec.config import Settings
@@ -231,18 +232,32 @@ def test_window_tokens_of_zero_or_larger_than_the_room_change_nothing():
     assert window_budget(3000, 1024) == 1024
 
 
-async def test_an_opened_document_is_prewarmed_within_the_window_cap():
+async def test_an_opened_document_is_prewarmed_from_its_start_past_the_window_cap():
+    """As far as the context holds (the stand-in evaluates ``TOP_S`` worth of it at once).
+
+    A request deep in it takes that text as its window, wider than ``windowTokens``,
+    and evaluates only its last tokens.
+    """
     model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
     svc = make_service(model, window_tokens=500)
     svc.open_document("file:///p/a.py", "python", 1, PY)
     await wait_for(lambda: svc.stats.prewarmed == 1)
-    assert 0 < len(model.cached_tokens) <= 500  # not the whole 3,600-token document
+    room = prompt_room(model, svc.settings.max_tokens)
+    assert room * WINDOW_SHARE * 0.9 < len(model.cached_tokens) <= room
     model.prefills.clear()
-    await svc.complete(CompletionRequest("file:///p/a.py", 10, 5, invoked=True))
+    await svc.complete(CompletionRequest("file:///p/a.py", 80, 5, invoked=True))
     tokens, reused = model.prefills[0]
-    assert tokens <= 500 + 1 and reused >= tokens - 2  # the capped window was evaluated
+    assert tokens > 2000 and reused >= tokens - 8  # the top, cached
     svc.close()
     assert svc.join()
+
+
+def test_top_tokens_follow_the_rate_between_the_window_and_the_room():
+    from structspec.completion.prompt import TOP_S, top_tokens
+
+    assert top_tokens(1000.0, 4000, 1536) == 4000  # 15,000 tokens in TOP_S: the room decides
+    assert top_tokens(200.0, 4000, 1536) == int(200 * TOP_S)
+    assert top_tokens(30.0, 4000, 1536) == 1536  # a slow model: its window only
 
 
 # -- the service ------------------------------------------------------------------
@@ -288,18 +303,24 @@ async def test_an_edit_elsewhere_is_prewarmed_after_a_pause():
     await wait_for(lambda: svc.stats.prewarmed == 1)
     typed = "total = value_1 + value_2\nresult"
     svc.change_document("file:///p/a.py", 2, [TextChange(typed, Range(110, 0, 110, 0))])
-    await wait_for(lambda: svc.stats.prewarmed == 2)
+    await wait_for(lambda: svc.stats.prewarmed == 3)  # the edit's place, then the top again
     edit = svc.documents.get("file:///p/a.py").offset_at(111, len("result"))
+    # The document's text from its start is what the opened document's pre-warm
+    # evaluated, and so the window there: only the edit is evaluated again.
+    assert svc._sessions["file:///p/a.py"].cut == 0
     expected = PromptBuilder(model).build(
         svc.documents.get("file:///p/a.py").text,
         edit,
         uri="file:///p/a.py",
         language="python",
-        cut_hint=svc._sessions["file:///p/a.py"].cut,
-        max_tokens=8,
-        window_tokens=svc.settings.window_tokens,
+        cut_hint=0,
+        max_tokens=svc.settings.max_tokens,
+        window_tokens=0,
     )
-    assert list(model.cached_tokens) == expected.tokens[:-1]
+    assert len(expected.tokens) > svc.settings.window_tokens
+    # (The stand-in has one KV cache: the top, evaluated last, goes on from the edit's
+    # prompt, all but its last token.)
+    assert list(model.cached_tokens)[: len(expected.tokens) - 1] == expected.tokens[:-1]
     svc.close()
     assert svc.join()
 
@@ -367,7 +388,8 @@ def test_places_are_few_newest_first_and_move_with_the_edits():
 
 
 async def test_a_new_place_answers_from_a_first_window_and_prewarm_grows_it():
-    model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
+    # A context of 2,048: the top pre-warmed (about 1,700 tokens) ends before line 110.
+    model = RecordingStandIn(n_ctx=2048, eos_bias=-3.0)
     svc = make_service(model)  # the default window cap (1536); 1,000 tokens/s (conftest): floor
     uri = "file:///p/a.py"
     svc.open_document(uri, "python", 1, PY)
@@ -429,10 +451,30 @@ async def test_a_document_past_its_window_is_warmed_from_its_start_in_a_spare_sl
     assert svc.join()
 
 
+async def test_a_place_the_top_holds_is_grown_by_the_top_past_the_window_cap():
+    """No full window at the place (the top holds it): the kept cut moves to the document's
+    start once the top is cached, and typing on there evaluates only the typed tokens."""
+    model = SlottedStandIn(n_ctx=4096, eos_bias=-3.0)
+    svc = make_service(model, window_tokens=500)
+    uri = "file:///p/mid.py"
+    text = "".join(f"item_{i} = load({i})\n" for i in range(110))  # ~2,300 tokens
+    svc.open_document(uri, "python", 1, text)  # its own pre-warm never starts: an edit comes
+    svc.change_document(uri, 2, [TextChange("x", Range(90, 0, 90, 0))])
+    await wait_for(lambda: svc.stats.prewarmed == 2)  # the edit's place, then the top
+    assert svc._sessions[uri].cut == 0
+    model.prefills.clear()
+    await svc.complete(CompletionRequest(uri, 90, 1, invoked=True))
+    tokens, reused = model.prefills[0]
+    assert tokens > 1500 and reused >= tokens - 2  # the top: wider than 500, cached
+    svc.close()
+    assert svc.join()
+
+
 async def test_the_top_of_a_long_document_waits_for_a_spare_slot():
     """The same on a model with one KV cache: the top is not warmed over the place the
-    user was (no slot to spare for it), and the jump evaluates its window."""
-    model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
+    user was (no slot to spare for it) where it does not hold that place (a context of
+    1,024: the top ends before line 90), and the jump evaluates its window."""
+    model = RecordingStandIn(n_ctx=1024, eos_bias=-3.0)
     svc = make_service(model)
     uri = "file:///p/mid.py"
     svc.open_document(uri, "python", 1, "".join(f"item_{i} = load({i})\n" for i in range(110)))
@@ -455,8 +497,9 @@ async def test_the_other_latest_places_are_warmed_after_the_current_one():
     await wait_for(lambda: svc.stats.prewarmed == 1)
     svc.change_document(uri, 2, [TextChange("y", Range(40, 0, 40, 0))])  # place A
     svc.change_document(uri, 3, [TextChange("z", Range(110, 0, 110, 0))])  # place B, latest
-    # B (its prompt and the full window there), then A's full window.
-    await wait_for(lambda: svc.stats.prewarmed == 3)
+    # B (its prompt; the top holds it, so no full window there), then A's full window
+    # (then the top, which holds A's window as its prefix).
+    await wait_for(lambda: svc.stats.prewarmed >= 3)
     model.prefills.clear()
     await svc.complete(CompletionRequest(uri, 40, 1, invoked=True))  # back at A
     tokens, reused = model.prefills[0]
@@ -466,7 +509,8 @@ async def test_the_other_latest_places_are_warmed_after_the_current_one():
 
 
 async def test_a_request_abandons_the_growing_window_and_the_first_one_is_kept():
-    model = RecordingStandIn(n_ctx=4096, eos_bias=30.0)  # answers nothing: no pre-generation
+    # Answers nothing (no pre-generation); the top pre-warmed ends before line 110.
+    model = RecordingStandIn(n_ctx=2048, eos_bias=30.0)
     svc = make_service(model)
     uri = "file:///p/a.py"
     svc.open_document(uri, "python", 1, PY)
@@ -508,3 +552,29 @@ def test_a_jump_takes_the_full_window_from_a_fresh_cut_where_that_is_cached():
     assert built == [500]
     model.truncate(0)  # nothing cached: the kept cut's window, it fits a first window
     assert choose_window(model, build, 500, 1536, FIRST_WINDOW_MIN) is kept
+
+
+def test_a_jump_into_a_warmed_top_takes_it_whatever_the_window_cap():
+    """The document from its start (``build(0, 0)``), cached past the cursor by pre-warm, is
+    the window at a jump, though wider than ``windowTokens``; typing on there keeps it
+    without building the first window or a fresh cut's."""
+    model = StandInModel(n_ctx=4096)
+    top = Prompt(list(range(1, 3001)), 0, 9000, 9000, False)  # 3,000 tokens from the start
+    at_cut = Prompt([7, *range(2000, 3001)], 5000, 9000, 9000, False)  # 1,536 at most
+    first = Prompt([7, *range(2500, 3001)], 7000, 9000, 9000, False)
+    built: list[tuple[int, int | None]] = []
+
+    def build(window_tokens: int, hint: int | None) -> Prompt:
+        built.append((window_tokens, hint))
+        if window_tokens == 0:
+            return top
+        return first if window_tokens == FIRST_WINDOW_MIN else at_cut
+
+    model.prefill(top.tokens[:-40])  # pre-warm's top ends 40 tokens before this prompt's
+    assert choose_window(model, build, 5000, 1536, FIRST_WINDOW_MIN) is top
+    model.prefill(top.tokens[:-2])  # the user typed on there: the kept cut is the top's
+    built.clear()
+    assert choose_window(model, build, 0, 1536, FIRST_WINDOW_MIN) is top
+    assert built == [(0, 0)]
+    model.truncate(0)  # nothing cached: a first window from a fresh cut
+    assert choose_window(model, build, 5000, 1536, FIRST_WINDOW_MIN) is first

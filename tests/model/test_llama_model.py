@@ -44,7 +44,7 @@ def test_truncated_gguf_is_a_clear_error(tmp_path):
 
 @pytest.fixture(scope="module")
 def model():
-    m = LlamaModel.load(default_model_path(), n_ctx=1024, threads=2, slots=2, n_batch=128)
+    m = LlamaModel.load(default_model_path(), n_ctx=1024, threads=2, slots=3, n_batch=128)
     yield m
     m.close()
 
@@ -339,3 +339,48 @@ def test_the_default_model_verifies_with_structspecs_head(model):
     np.testing.assert_allclose(got, want, atol=tolerance)
     for i, best in enumerate(ours.argmax):  # llama.cpp's argmax, or tied with it
         assert want[i, best] >= want[i].max() - tolerance
+
+
+@pytest.mark.model
+def test_a_prompt_that_leaves_a_slot_early_continues_in_a_copy(model, monkeypatch):
+    """A cursor in a document whose start a slot holds: that slot keeps its tail.
+
+    The copy's cache is the slot's own: a pass after it gives the very logits a pass
+    gives after cutting the slot itself (the same cells, the same batch shapes).
+    """
+    from structspec.model import llama
+
+    text = "".join(f"def handler_{i}(event):\n    return event\n" for i in range(100))
+    doc = model.tokenize(text)[:1000]
+    cursor = [*doc[:300], *model.tokenize("\n# a new line", add_bos=False)]
+    assert len(doc) - 300 >= llama.FORK_MIN
+    fork_min = llama.FORK_MIN
+    model.prefill(doc)
+
+    monkeypatch.setattr(llama, "FORK_MIN", 10**9)  # as before: the slot itself is cut
+    assert model.prefill(cursor[:-1]) == 300
+    cut = np.array(model.verify(cursor[-1:] + [5, 6]).logits[2])
+    assert model.reusable_prefix(doc) == 300
+    model.prefill(doc)  # its tail again, in that slot
+
+    monkeypatch.setattr(llama, "FORK_MIN", fork_min)
+    assert model.prefill(cursor[:-1]) == 300
+    forked = np.array(model.verify(cursor[-1:] + [5, 6]).logits[2])
+    assert model.reusable_prefix(doc) == len(doc)  # the document's slot kept its tail
+    assert model.prefill(doc) == len(doc)
+    assert np.array_equal(forked, cut)
+
+
+@pytest.mark.model
+def test_a_generation_is_not_worth_a_copy(model):
+    """Tokens a verification pass wrote are cut as before: only a prompt's tail is kept."""
+    from structspec.model.llama import FORK_MIN
+
+    prompt = model.tokenize("x = 1\n" * 20)
+    model.prefill(prompt)
+    for _ in range(5):  # 600 tokens written past the prompt
+        model.verify([7] * 120)
+    assert FORK_MIN <= 600
+    assert model.reusable_prefix([*prompt, *[7] * 600]) == len(prompt) + 600
+    model.prefill([*prompt, 9])
+    assert model.reusable_prefix([*prompt, *[7] * 600]) == len(prompt)

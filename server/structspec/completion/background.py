@@ -57,7 +57,7 @@ from structspec.completion.prewarm import (
     prefill_in_chunks,
     reusable_prefix,
 )
-from structspec.completion.prompt import Prompt, grows, prompt_room, window_budget
+from structspec.completion.prompt import Prompt, grows, prompt_room, top_tokens, window_budget
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.status import StatusBoard
 from structspec.completion.worker import Worker
@@ -287,17 +287,21 @@ class Background:
 
     # -- worker thread ------------------------------------------------------
     def _prewarm(self, job: Job, elsewhere: tuple[int, ...]) -> None:
-        """Worker: warm the job's place, then ``elsewhere``, until done or abandoned.
+        """Worker: warm the job's place, then ``elsewhere``, then the document's top.
 
-        The job's place (an offset below zero: an opened document's top) gets
-        the prompt a request there would build now, then, when that is a first
-        window (``prompt.grows``), the full window, and the kept cut moves to it
-        once it is cached. Then the full windows of the places ``elsewhere``
-        (none when the document fits its window), and last the document from
-        its start to ``opening_offset`` (its end when it fits its window;
-        else only when a KV slot is spare for it): a cursor there, at a jump
-        without a cursor report, keeps the cut at the document's start and
-        finds its prompt cached.
+        The job's place gets the prompt a request there would build now. Then
+        the full windows of the places ``elsewhere`` (none when the top holds
+        the whole document). Last the *top*: the document from its start to
+        ``opening_offset`` of ``prompt.top_tokens`` (the whole document when it
+        fits), when it holds this place, this place's window starts at the top,
+        or a KV slot is spare for it: a cursor anywhere in it, at a jump
+        without a cursor report, finds its window cached
+        (``prompt.choose_window``). A place the top holds has its window grown
+        by it (the kept cut moves to the top's start once it is cached);
+        another place's first window grows to the full window there
+        (``prompt.grows``) before the places elsewhere, and the kept cut moves
+        to it. An opened document (an offset below zero: nobody asked there
+        yet) gets its top only, and keeps the cut at its start.
         """
         inputs, host = job.input, self._worker.host
         if job.cancelled() or self._worker.closed or not inputs.settings.prefix_reuse:
@@ -306,14 +310,13 @@ class Background:
             model = host.engine_for(inputs.settings).model
             assert host.prompts is not None
             prompts, snippets, session = host.prompts, host.snippets, job.session
-            room = window_budget(
-                prompt_room(model, inputs.settings.max_tokens), inputs.settings.window_tokens
-            )
-            opening = opening_offset(model, inputs.text, room)
-            opened = inputs.offset < 0  # nobody asked there yet: its full window, no first one
-            if opened:
-                inputs, elsewhere = replace(inputs, offset=opening), ()
-            elif opening == len(inputs.text):  # the whole document fits its window
+            settings = inputs.settings
+            room = prompt_room(model, settings.max_tokens)
+            budget = window_budget(room, settings.window_tokens)
+            top_room = top_tokens(prompts.rate.tokens_per_s, room, budget)
+            opening = opening_offset(model, inputs.text, top_room)
+            opened = inputs.offset < 0
+            if opened or opening == len(inputs.text):  # the top holds every place
                 elsewhere = ()
 
             def warm(prompt: Prompt) -> bool:
@@ -323,30 +326,38 @@ class Background:
                 with interrupted_by(model, job.interrupt), warming:
                     return prefill_in_chunks(model, tokens, job.cancelled, rate=prompts.rate)
 
-            prompt = build_prompt(prompts, snippets, inputs, session.cut, full=opened)
-            session.cut = prompt.cut
-            if not warm(prompt):
-                return
-            full = build_prompt(prompts, snippets, inputs, None, full=True)
-            if grows(prompt, full):
-                if not warm(full):
+            covered = opened or inputs.offset <= opening  # the top holds this place
+            if opened:
+                session.cut = 0
+            else:
+                prompt = build_prompt(prompts, snippets, inputs, session.cut)
+                session.cut = prompt.cut
+                if not warm(prompt):
                     return
-                session.cut = full.cut  # typing on here now extends the full window
-            self._stats.prewarmed += 1
+                full = None if covered else build_prompt(prompts, snippets, inputs, None, full=True)
+                if full is not None and grows(prompt, full):  # (else the top grows it)
+                    if not warm(full):
+                        return
+                    session.cut = full.cut  # typing on here now extends the full window
+                self._stats.prewarmed += 1
             for at in elsewhere:
                 there = replace(inputs, offset=at)
                 if not warm(build_prompt(prompts, snippets, there, None, full=True)):
                     return
                 self._stats.prewarmed += 1
-            # Its top, when it fits its window (the whole document) or a KV slot is
-            # spare for it (one holds this place, one each of the places elsewhere).
-            top = opening == len(inputs.text) or (
-                kv_slots(model) is not None and 1 + len(elsewhere) < KV_SLOTS
-            )
-            if top and not opened:  # every cursor there keeps the cut at its start
-                top_inputs = replace(inputs, offset=opening)
-                if not warm(build_prompt(prompts, snippets, top_inputs, 0, full=True)):
+            # The top, when this place's window is its prefix (it starts at the top)
+            # or a KV slot is spare for it (one holds this place, one each elsewhere).
+            if (
+                covered
+                or session.cut == 0
+                or (kv_slots(model) is not None and 1 + len(elsewhere) < KV_SLOTS)
+            ):
+                there = replace(inputs, offset=opening)
+                top = build_prompt(prompts, snippets, there, 0, full=True, window_tokens=top_room)
+                if not warm(top):
                     return
+                if covered:
+                    session.cut = 0  # typing on here now extends the top
                 self._stats.prewarmed += 1
         except Exception:  # a failed pre-warm costs nothing but its time
             log.debug("pre-warm of %s failed", inputs.uri, exc_info=True)

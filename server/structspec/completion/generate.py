@@ -191,13 +191,15 @@ def build_prompt(
     cut_hint: int | None,
     *,
     full: bool = False,
+    window_tokens: int | None = None,
 ) -> Prompt:
     """The job's prompt, with project context when it is on.
 
     The window follows the window policy (``prompt.choose_window``): at a
     new place a first window the machine evaluates within the latency target
     (``prompt.first_window``), the full one where it is cached. ``full``:
-    the full window at ``cut_hint`` (pre-warm growing a first one).
+    the full window at ``cut_hint`` (pre-warm growing a first one), of
+    ``window_tokens`` when given (a document's top), else the setting's.
     """
     settings = job.settings
     context: list[Snippet] = []
@@ -218,7 +220,7 @@ def build_prompt(
         )
 
     if full or not settings.prefix_reuse:
-        return build(settings.window_tokens, cut_hint)
+        return build(settings.window_tokens if window_tokens is None else window_tokens, cut_hint)
     model = prompts.model
     size = first_window(model, prompts.rate, settings.max_tokens, settings.window_tokens)
     return choose_window(model, build, cut_hint, settings.window_tokens, size)

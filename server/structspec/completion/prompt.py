@@ -15,6 +15,11 @@ the machine evaluates within a quarter of a second at its measured prompt rate
 evaluates in 2 s (``rates.first_window_cap``, whatever ``windowTokens`` says);
 pre-warm grows it to the full window at that place while the user reads, and
 the kept cut moves there once it is cached (``choose_window``, ``grows``).
+A document whose text from its start a KV slot holds past the cursor (pre-warm
+evaluates it, as far as the context holds: ``top_tokens``) gives the cursor
+that text as its window, wider than ``windowTokens``: only the cursor's line
+and the suffix are evaluated at a jump there (the model's slot is copied, not
+cut, ``model.llama.FORK_MIN``).
 
 With fill-in-the-middle tokens the order is prefix, suffix, middle, and the
 cursor's line before the cursor goes after the middle token (``FIM_PRE
@@ -86,6 +91,12 @@ TYPED_ON = 8
 #: of it against the 128-token floor of the window in effect: 85 of 128 tokens
 #: at 43 tokens/s (Qwen2.5-Coder-7B on 2 cores) is grown.
 GROW_BELOW = 0.7
+#: Seconds of evaluation a document's pre-warm from its start may take past its
+#: window (``top_tokens``): every cursor in that text shares it as a prefix.
+#: On 2 cores the default model evaluates a whole 4,096-token context within
+#: it (5 s with AVX-512, 10-14 s with AVX2: ``docs/MEASUREMENTS.md`` §5,
+#: §12); a 1.5B-7B model only its window (``windowTokens``).
+TOP_S = 15.0
 #: Suffix tokens kept in a FIM prompt, at most (evaluated again on each new line).
 FIM_SUFFIX_TOKENS = 256
 #: Seconds of a keystroke's answer the suffix's evaluation may take: a new
@@ -314,6 +325,15 @@ def first_window_tokens(tokens_per_s: float, budget: int) -> int:
     return max(1, min(budget, wanted, first_window_cap(tokens_per_s)))
 
 
+def top_tokens(tokens_per_s: float, room: int, budget: int) -> int:
+    """Tokens of a document from its start that pre-warm evaluates (``TOP_S``).
+
+    What ``tokens_per_s`` evaluates in ``TOP_S``, at least the window
+    ``budget`` and at most the prompt's ``room`` (``prompt_room``).
+    """
+    return max(budget, min(room, int(tokens_per_s * TOP_S)))
+
+
 def first_window(model: Model, rate: PromptRate, max_tokens: int, window_tokens: int) -> int:
     """The window budget of a first answer at a new place (a window no KV slot holds).
 
@@ -354,35 +374,41 @@ def choose_window(
 ) -> Prompt:
     """The window policy: the full window where it is cached, a first window at a new place.
 
-    ``build(window_tokens, cut_hint)`` builds a prompt. The full window at the
-    kept cut is taken when it leaves at most ``TYPED_ON`` tokens to evaluate:
-    the user is typing on where it is cached. When what it leaves fits a first
-    window (``first``, from ``first_window``), it is taken unless the full
-    window from a fresh cut leaves fewer (a jump, without a cursor report, to
-    where pre-warm evaluated the document from its start). Else this is a new
-    place, and of the full window at the kept cut, the full window from a
-    fresh cut (what pre-warm evaluated at a place the user comes back to) and
-    the first window (from a fresh cut, whatever cut was kept: the same
-    window as for a user who came without one), the one that leaves the
-    fewest tokens to evaluate answers (the wider on a tie). Pre-warm then
-    grows a first window to the full one while the user reads
-    (``grows``), and the kept cut moves to it once it is cached.
+    ``build(window_tokens, cut_hint)`` builds a prompt (``window_tokens`` 0:
+    as much as the context holds). The document from its start
+    (``build(0, 0)``, the *top*) is taken when the kept cut is its start and
+    it leaves at most ``TYPED_ON`` tokens to evaluate: the user is typing on
+    where it is cached; so is the full window at the kept cut. When the full
+    window leaves no more than a first window (``first``, from
+    ``first_window``) and no cut was kept, it is taken. Else the one that
+    leaves the fewest tokens to evaluate answers (the wider on a tie) of: the
+    top (cached where pre-warm evaluated the document from its start: a jump,
+    without a cursor report, to anywhere in it), the full window at the kept
+    cut, the full window from a fresh cut (what pre-warm evaluated at a place
+    the user comes back to), and at a new place (the full window leaves more
+    than a first one) the first window from a fresh cut, whatever cut was
+    kept: the same window as for a user who came without one. Pre-warm then
+    grows a first window to the full one while the user reads (``grows``),
+    and the kept cut moves to it once it is cached.
     """
+    top = build(0, 0) if cut_hint == 0 else None
+    if top is not None and to_evaluate(model, top) <= TYPED_ON:
+        return top  # (a window at a moved cut may be cached too, but holds less)
     prompt = build(window_tokens, cut_hint)
     left = to_evaluate(model, prompt)
     if left <= TYPED_ON or (left <= first and cut_hint is None):
         return prompt
-    fresh = build(window_tokens, None) if cut_hint is not None else None
-    if left <= first:  # unless a jump finds the full window from a fresh cut more cached
-        return fresh if fresh is not None and to_evaluate(model, fresh) < left else prompt
-    candidates = [prompt]
-    if fresh is not None:
-        candidates.append(fresh)
-    # From a fresh cut: a kept cut from another place (an opened document's top,
-    # pre-warmed for a client without the cursor report) would move the first
-    # window's start by what lies between, so the answer here would depend on how
-    # the user came. From the kept cut it is cached no more than ``prompt`` is.
-    candidates.append(build(first, None))
+    if top is None:
+        top = build(0, 0)
+    candidates = [top, prompt]
+    if cut_hint is not None:
+        candidates.append(build(window_tokens, None))
+    if left > first:
+        # From a fresh cut: a kept cut from another place would move the first
+        # window's start by what lies between, so the answer here would depend
+        # on how the user came. From the kept cut it is cached no more than
+        # ``prompt`` is.
+        candidates.append(build(first, None))
     return min(candidates, key=lambda p: to_evaluate(model, p))
 
 

@@ -14,7 +14,11 @@ assert.
 Slots: the context holds ``slots`` independent KV sequences. ``prefill``
 continues in the slot whose cached tokens share the longest prefix with the new
 prompt (else the least recently used), so alternating between two documents
-re-evaluates neither.
+re-evaluates neither. A prompt that would cut ``FORK_MIN`` or more prompt
+tokens off that slot (a cursor in a document whose text from its start a slot
+holds past the cursor) continues in a copy of it instead (``_fork``): the slot
+keeps its tail for the next cursor there, and copying a sequence costs a
+memory copy of its KV buffer where evaluating the tail again costs seconds.
 
 AMX: where llama.cpp would multiply with Intel AMX, whose matrix multiply
 crashes, the weights are loaded as plain CPU tensors (``model/amx.py``). The
@@ -74,6 +78,15 @@ from structspec.model.head import (
 from structspec.model.paths import check_gguf_file
 from structspec.model.prefix_cache import RESTORE_MIN, PrefixCache
 from structspec.model.threads import CallingThread, IdleMeter, ThreadGovernor
+
+#: Prompt tokens of a slot past where a new prompt leaves it that are kept by
+#: continuing in a copy of the slot (``LlamaModel._fork``): on 2 cores the
+#: default model evaluates them in about 1.3 s, a 1.5B model in 10-16 s, and a
+#: copy of a 4,096-token sequence takes milliseconds (``docs/MEASUREMENTS.md``
+#: §12). More than a FIM prompt leaves behind at a new line and never uses
+#: again: its suffix and middle tokens (at most 259,
+#: ``completion.prompt.FIM_SUFFIX_TOKENS``) and the line before the cursor.
+FORK_MIN = 512
 
 _llama_backend_ready = False
 _log_callback: object = None  # keeps the ctypes callback alive
@@ -148,12 +161,20 @@ def _native_head(path: Path, model_ptr: object) -> tuple[NativeHead | None, str]
 
 
 class _Slot:
-    __slots__ = ("seq", "tokens", "used")
+    __slots__ = ("filled", "seq", "tokens", "used")
 
     def __init__(self, seq: int) -> None:
         self.seq = seq
         self.tokens: list[int] = []
+        #: How many of ``tokens`` are a prompt's (prefilled or read back), not
+        #: a generation's: only those are worth a copy of the slot (``_fork``).
+        self.filled = 0
         self.used = 0.0
+
+    def cut(self, n: int) -> None:
+        """Forget the tokens from ``n`` on (the KV cache's side is the caller's)."""
+        del self.tokens[n:]
+        self.filled = min(self.filled, len(self.tokens))
 
 
 class _PassRows(Sequence[Any]):
@@ -249,6 +270,9 @@ class LlamaModel:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._slots = [_Slot(i) for i in range(slots)]
         self._slot = self._slots[0]
+        #: A slot copy that llama.cpp makes at the next decode (``_fork``):
+        #: until then no sequence state is read or written.
+        self._copy_pending = False
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
@@ -529,6 +553,7 @@ class LlamaModel:
             )
         wall, cpu = time.perf_counter(), time.process_time()
         rc = self._llama.llama_decode(self._ctx, b)
+        self._copy_pending = False  # a decode first makes the copies queued before it
         if not self._pinned:
             self.governor.observe(threads, time.perf_counter() - wall, time.process_time() - cpu)
         if rc != 0:
@@ -540,7 +565,7 @@ class LlamaModel:
     def _drop_from(self, start: int) -> None:
         """Drop whatever a batch at ``start`` may have added to the current slot."""
         self._llama.llama_memory_seq_rm(self._mem, self._slot.seq, start, -1)
-        del self._slot.tokens[start:]
+        self._slot.cut(start)
 
     def _select_slot(self, tokens: Sequence[int]) -> int:
         best, best_len = self._slot, common_prefix_len(self._slot.tokens, tokens)
@@ -556,9 +581,32 @@ class LlamaModel:
             # pre-warmed window) is the same document: it continues here.
             best = min(self._slots, key=lambda s: s.used)
             best_len = common_prefix_len(best.tokens, tokens)
+        elif best.filled - best_len >= FORK_MIN and len(self._slots) > 1:
+            best = self._fork(best, best_len)
         self._slot = best
         best.used = time.monotonic()
         return best_len
+
+    def _fork(self, source: _Slot, n: int) -> _Slot:
+        """A copy of ``source``'s first ``n`` tokens in the least recently used other slot.
+
+        llama.cpp copies a sequence into another stream whole, at the start of
+        the next decode (``llama_memory_seq_cp``); the copy's tail past ``n``
+        is then dropped from its cells. Where the cache cannot drop a part of
+        a sequence (a recurrent model), ``source`` is returned, to be
+        truncated as before.
+        """
+        target = min((s for s in self._slots if s is not source), key=lambda s: s.used)
+        self._llama.llama_memory_seq_cp(self._mem, source.seq, target.seq, -1, -1)
+        if not self._llama.llama_memory_seq_rm(self._mem, target.seq, n, -1):
+            self._llama.llama_memory_seq_rm(self._mem, target.seq, -1, -1)
+            target.cut(0)
+            return source
+        target.tokens[:] = source.tokens[:n]
+        target.filled = min(source.filled, n)
+        source.used = time.monotonic()  # not the next one evicted
+        self._copy_pending = True
+        return target
 
     def reusable_prefix(self, tokens: Sequence[int]) -> int:
         """Tokens of ``tokens`` the best slot already holds (what ``prefill`` would reuse)."""
@@ -588,6 +636,8 @@ class LlamaModel:
         """
         self.truncate(reused)
         cache = self.prefix_cache
+        if self._copy_pending:  # a state read back now would be overwritten by the copy
+            cache = None
         if cache is not None and len(tokens) - len(self._slot.tokens) >= RESTORE_MIN:
             self.truncate(cache.restore(self, tokens, len(self._slot.tokens)))
         reused = len(self._slot.tokens)
@@ -595,6 +645,7 @@ class LlamaModel:
             chunk = list(tokens[start : start + self.n_batch])
             self._decode(chunk, start, logits=False)
             self._slot.tokens.extend(chunk)
+            self._slot.filled = len(self._slot.tokens)
         return reused
 
     # -- the prefix cache's state ------------------------------------------
@@ -631,6 +682,8 @@ class LlamaModel:
         return self._seq_state(self._slot.seq)
 
     def _seq_state(self, seq: int) -> bytes | None:
+        if self._copy_pending:  # a forked slot's cells are not copied yet (``_fork``)
+            return None
         size = self._llama.llama_state_seq_get_size(self._ctx, seq)
         if size <= 0:
             return None
@@ -644,12 +697,13 @@ class LlamaModel:
             return False
         slot = self._slot
         self._llama.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
-        slot.tokens.clear()
+        slot.cut(0)
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         if self._llama.llama_state_seq_set_data(self._ctx, buf, len(data), slot.seq) == 0:
             self._llama.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
             return False
         slot.tokens.extend(tokens)
+        slot.filled = len(slot.tokens)
         return True
 
     def _rows(self, n: int) -> np.ndarray:
@@ -704,7 +758,7 @@ class LlamaModel:
             # A partial removal the cache cannot do: drop the sequence entirely.
             self._llama.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
             n = 0
-        del slot.tokens[n:]
+        slot.cut(n)
 
     def teacher_forced(self, prompt: Sequence[int], output: Sequence[int]) -> list[TokenCheck]:
         if not prompt or not output:
