@@ -233,7 +233,7 @@ def test_window_tokens_of_zero_or_larger_than_the_room_change_nothing():
 
 
 async def test_an_opened_document_is_prewarmed_from_its_start_past_the_window_cap():
-    """As far as the context holds (the stand-in evaluates ``TOP_S`` worth of it at once).
+    """As far as the context holds (at the stand-in's rate, all of it within ``TOP_S``).
 
     A request deep in it takes that text as its window, wider than ``windowTokens``,
     and evaluates only its last tokens.

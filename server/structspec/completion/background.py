@@ -345,8 +345,9 @@ class Background:
                 if not warm(build_prompt(prompts, snippets, there, None, full=True)):
                     return
                 self._stats.prewarmed += 1
-            # The top, when this place's window is its prefix (it starts at the top)
-            # or a KV slot is spare for it (one holds this place, one each elsewhere).
+            # The top, when it holds this place, when this place's window starts at
+            # the top (a prefix of it), or when a KV slot is spare for it (one holds
+            # this place, one each of the places elsewhere).
             if (
                 covered
                 or session.cut == 0
