@@ -53,12 +53,17 @@ def code_tokens(model: Model, n: int) -> list[int]:
     return model.tokenize(text)[:n]
 
 
+def ms_since(t0: float) -> float:
+    """Milliseconds since ``t0``, a ``time.perf_counter()`` reading."""
+    return (time.perf_counter() - t0) * 1000.0
+
+
 def time_prefill(model: Model, tokens: list[int]) -> float:
     """Milliseconds to evaluate ``tokens`` from an empty cache, chunk by chunk."""
     model.prefill(tokens[-1:])  # a cache that shares nothing with ``tokens``
     t0 = time.perf_counter()
     prefill_in_chunks(model, tokens, lambda: False)
-    return (time.perf_counter() - t0) * 1000.0
+    return ms_since(t0)
 
 
 def keystroke_wait(
@@ -79,7 +84,7 @@ def keystroke_wait(
     if interrupt:
         stop.set()
     done.wait()
-    waited = (time.perf_counter() - t0) * 1000.0
+    waited = ms_since(t0)
     worker.join()
     return waited
 

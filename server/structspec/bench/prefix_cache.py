@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from structspec.bench.prefill import code_tokens
+from structspec.bench.prefill import code_tokens, ms_since
 from structspec.completion.prewarm import prefill_in_chunks
 from structspec.model.llama import LlamaModel
 from structspec.model.paths import default_model_path
@@ -27,10 +27,6 @@ from structspec.model.prefix_cache import PrefixCache
 
 #: Prompt lengths measured (tokens; the longest fits the default 4,096 context).
 LENGTHS = (512, 1024, 2048, 3968)
-
-
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,16 +52,16 @@ def main(argv: list[str] | None = None) -> int:
                 model.truncate(0)
                 t0 = time.perf_counter()
                 prefill_in_chunks(model, window, lambda: False)
-                times[n]["evaluate"].append(_ms(t0))
+                times[n]["evaluate"].append(ms_since(t0))
                 t0 = time.perf_counter()
                 cache.save(window, model.state_bytes() or b"")
-                times[n]["save"].append(_ms(t0))
+                times[n]["save"].append(ms_since(t0))
                 sizes[n] = sum(p.stat().st_size for p in cache.folder.glob("*.kv"))
                 model.truncate(0)  # a restart: nothing of the window in memory
                 model.prefix_cache = PrefixCache(cache.folder, model.identity())
                 t0 = time.perf_counter()
                 model.prefill(window)
-                times[n]["restore"].append(_ms(t0))
+                times[n]["restore"].append(ms_since(t0))
                 assert model.prefix_cache.hits == 1, "the entry was not restored"
     print(
         f"{model.name}, {args.threads} threads, {os.cpu_count()} cores, "

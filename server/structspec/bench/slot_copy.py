@@ -27,7 +27,7 @@ import os
 import statistics
 import time
 
-from structspec.bench.prefill import code_tokens
+from structspec.bench.prefill import code_tokens, ms_since
 from structspec.model.llama import FORK_MIN, LlamaModel
 from structspec.model.paths import default_model_path
 
@@ -35,10 +35,6 @@ from structspec.model.paths import default_model_path
 LENGTHS = (1024, 2048, 3968)
 #: Tokens of the document before the cursor.
 CURSOR = 256
-
-
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,14 +58,14 @@ def main(argv: list[str] | None = None) -> int:
                 doc = code_tokens(model, n)
                 t0 = time.perf_counter()
                 model.prefill(doc)
-                first = _ms(t0)
+                first = ms_since(t0)
                 t0 = time.perf_counter()
                 model.prefill([*doc[:CURSOR], *range(1000, 1008)])
-                times[n]["copy"].append(_ms(t0))
+                times[n]["copy"].append(ms_since(t0))
                 assert model.reusable_prefix(doc) == n, "the document's slot was cut"
                 t0 = time.perf_counter()
                 model.prefill([*doc[:CURSOR], *range(2000, 2008)])
-                times[n]["cut"].append(_ms(t0))
+                times[n]["cut"].append(ms_since(t0))
                 times[n]["tail"].append(first * (n - CURSOR) / n)
             finally:
                 model.close()
