@@ -355,19 +355,21 @@ def test_a_prompt_that_leaves_a_slot_early_continues_in_a_copy(model, monkeypatc
     cursor = [*doc[:300], *model.tokenize("\n# a new line", add_bos=False)]
     assert len(doc) - 300 >= llama.FORK_MIN
     fork_min = llama.FORK_MIN
-    model.prefill(doc)
+    # Pinned: the governor could pick another thread count for one of the passes.
+    with model.threads_pinned(2):
+        model.prefill(doc)
 
-    monkeypatch.setattr(llama, "FORK_MIN", 10**9)  # as before: the slot itself is cut
-    assert model.prefill(cursor[:-1]) == 300
-    cut = np.array(model.verify(cursor[-1:] + [5, 6]).logits[2])
-    assert model.reusable_prefix(doc) == 300
-    model.prefill(doc)  # its tail again, in that slot
+        monkeypatch.setattr(llama, "FORK_MIN", 10**9)  # as before: the slot itself is cut
+        assert model.prefill(cursor[:-1]) == 300
+        cut = np.array(model.verify(cursor[-1:] + [5, 6]).logits[2])
+        assert model.reusable_prefix(doc) == 300
+        model.prefill(doc)  # its tail again, in that slot
 
-    monkeypatch.setattr(llama, "FORK_MIN", fork_min)
-    assert model.prefill(cursor[:-1]) == 300
-    forked = np.array(model.verify(cursor[-1:] + [5, 6]).logits[2])
-    assert model.reusable_prefix(doc) == len(doc)  # the document's slot kept its tail
-    assert model.prefill(doc) == len(doc)
+        monkeypatch.setattr(llama, "FORK_MIN", fork_min)
+        assert model.prefill(cursor[:-1]) == 300
+        forked = np.array(model.verify(cursor[-1:] + [5, 6]).logits[2])
+        assert model.reusable_prefix(doc) == len(doc)  # the document's slot kept its tail
+        assert model.prefill(doc) == len(doc)
     assert np.array_equal(forked, cut)
 
 
