@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from structspec.engine.control import CostModel
 from structspec.model.standin import StandInModel
 from structspec.model.threads import IdleMeter
 from structspec.rates import Rates
-from structspec.runtime import QUIET_OTHER_CORES, measure_alone
+from structspec.runtime import QUIET_OTHER_CORES, RATES_SAMPLES, measure_alone
 
 TABLE = CostModel((1.0, 2.0))
 
@@ -95,12 +96,18 @@ def gguf_stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FileStandI
     return FileStandIn(file)
 
 
-def counted_measurements(monkeypatch: pytest.MonkeyPatch, busy: float = 0.0) -> list[Rates]:
-    """Make ``measure_rates`` return scripted rates, on a machine ``busy`` cores busy."""
+def counted_measurements(
+    monkeypatch: pytest.MonkeyPatch, busy: float = 0.0, prompt: Sequence[float] = ()
+) -> list[Rates]:
+    """Make ``measure_rates`` return scripted rates, on a machine ``busy`` cores busy.
+
+    The prompt rates of ``prompt`` in turn, then 100, 101, ...
+    """
     made: list[Rates] = []
 
     def measure(model: object) -> Rates:
-        made.append(Rates(100.0 + len(made), 10.0))
+        n = len(made)
+        made.append(Rates(prompt[n] if n < len(prompt) else 100.0 + n, 10.0 + n))
         return made[-1]
 
     monkeypatch.setattr(runtime, "measure_rates", measure)
@@ -108,18 +115,67 @@ def counted_measurements(monkeypatch: pytest.MonkeyPatch, busy: float = 0.0) -> 
     return made
 
 
-def test_rates_are_measured_once_then_read_back(gguf_stand_in, monkeypatch):
+def rates_file() -> Path:
+    (cached,) = (Path(os.environ["STRUCTSPEC_CACHE_DIR"]) / "rates").glob("*.json")
+    return cached
+
+
+def test_rates_are_measured_at_the_first_loads_then_read_back(gguf_stand_in, monkeypatch):
     made = counted_measurements(monkeypatch)
-    first = runtime.model_rates(gguf_stand_in, announce=None)
-    again = runtime.model_rates(gguf_stand_in, announce=None)
-    assert first == again == Rates(100.0, 10.0)
-    assert len(made) == 1
+    loads = [runtime.model_rates(gguf_stand_in, announce=None) for _ in range(RATES_SAMPLES + 2)]
+    assert len(made) == RATES_SAMPLES
+    assert loads[:RATES_SAMPLES] == made  # each faster than the last here
+    assert loads[RATES_SAMPLES:] == [made[-1]] * 2
+    assert json.loads(rates_file().read_text())["samples"] == RATES_SAMPLES
+
+
+def test_the_fastest_rates_measured_are_kept(gguf_stand_in, monkeypatch):
+    # A slow moment (the second load's prompt rate) does not choose the defaults.
+    made = counted_measurements(monkeypatch, prompt=(450.0, 280.0, 400.0))
+    loads = [runtime.model_rates(gguf_stand_in, announce=None) for _ in range(RATES_SAMPLES + 1)]
+    assert [r.prompt_tps for r in loads] == [450.0] * (RATES_SAMPLES + 1)
+    assert [r.decode_tps for r in loads] == [10.0, 11.0, 12.0, 12.0]
+    assert len(made) == RATES_SAMPLES
+
+
+def test_rates_kept_before_the_count_was_are_one_measurement(gguf_stand_in, monkeypatch):
+    counted_measurements(monkeypatch)
+    runtime.model_rates(gguf_stand_in, announce=None)
+    file = rates_file()
+    file.write_text(
+        json.dumps({"model": str(gguf_stand_in.path), "prompt_tps": 280.0, "decode_tps": 47.0})
+    )
+    assert runtime.model_rates(gguf_stand_in, announce=None) == Rates(280.0, 47.0)
+    assert json.loads(file.read_text())["samples"] == 2
+
+
+def test_a_refresh_measures_again(gguf_stand_in, monkeypatch):
+    made = counted_measurements(monkeypatch)
+    for _ in range(RATES_SAMPLES):
+        runtime.model_rates(gguf_stand_in, announce=None)
+    assert runtime.model_rates(gguf_stand_in, announce=None, refresh=True) == made[-1]
+    assert len(made) == RATES_SAMPLES + 1
+
+
+def test_measurements_of_model_files_gone_are_dropped(gguf_stand_in, tmp_path, monkeypatch):
+    counted_measurements(monkeypatch)
+    folder = Path(os.environ["STRUCTSPEC_CACHE_DIR"]) / "rates"
+    folder.mkdir(parents=True)
+    kept = tmp_path / "kept.gguf"
+    kept.write_bytes(b"GGUF")
+    (folder / "gone.json").write_text(json.dumps({"model": str(tmp_path / "gone.gguf")}))
+    (folder / "kept.json").write_text(json.dumps({"model": str(kept)}))
+    (folder / "damaged.json").write_text("{not json")
+    runtime.model_rates(gguf_stand_in, announce=None)
+    left = {p.name for p in folder.glob("*.json")}
+    assert "gone.json" not in left
+    assert {"damaged.json", "kept.json"} < left and len(left) == 3  # and the new measurement
 
 
 def test_a_damaged_rates_file_is_measured_again(gguf_stand_in, monkeypatch):
     made = counted_measurements(monkeypatch)
     runtime.model_rates(gguf_stand_in, announce=None)
-    (cached,) = (Path(os.environ["STRUCTSPEC_CACHE_DIR"]) / "rates").glob("*.json")
+    cached = rates_file()
     for damage in ("{not json", '{"prompt_tps": -3, "decode_tps": 1}', '{"prompt_tps": 5}', "[]"):
         cached.write_text(damage)
         assert runtime.model_rates(gguf_stand_in, announce=None) == made[-1]

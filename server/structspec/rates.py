@@ -6,8 +6,8 @@ The static defaults (``config.Settings``: ``window_tokens`` 1,536,
 tokens/s on 2 cores. A 1.5B code model on the same cores evaluates about 160
 and decodes about 12 (``docs/BENCHMARKS-shapes.md``): with those defaults a
 new place would wait 9 s for its window. So, once a model is loaded, its
-measured ``Rates`` (``runtime.model_rates``: measured once per model and
-machine, then cached) choose the defaults of those three settings
+measured ``Rates`` (``runtime.model_rates``: measured at the first loads of a
+model on a machine, the fastest kept, then cached) choose the defaults of those three settings
 (``adaptive_defaults``); a value the user set anywhere (config file,
 environment, flag, LSP / VS Code setting) is kept (``adapt``).
 

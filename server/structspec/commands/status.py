@@ -3,7 +3,7 @@
 Scrapes ``URL/metrics`` every ``--interval`` seconds and shows requests,
 tokens, tokens/s, tokens per verification pass, draft acceptance per source,
 queue depth, what the model costs on that machine (its prompt and decode
-tokens/s, measured once per model and machine, the prompt window they choose
+tokens/s, measured at its first loads on that machine, the prompt window they choose
 and the expected first-suggestion time at a new place) and latency quantiles
 (estimated from the histogram buckets, as Prometheus' ``histogram_quantile``
 does). ``--once`` prints one snapshot

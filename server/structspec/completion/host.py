@@ -17,8 +17,8 @@ calibrating it blocks). What it keeps and when it rebuilds it:
   remote engine's client (``remote``), keyed on the backend settings; the
   local model is closed then, and the client when the setting is emptied.
 
-The model's prompt and decode rates on this machine (``rates``, measured once
-per model and machine and cached: ``runtime.model_rates``) are taken when it
+The model's prompt and decode rates on this machine (``rates``, measured at
+the first loads per model and machine, then cached: ``runtime.model_rates``) are taken when it
 loads: they seed the prompt builder's running prompt rate and choose the
 adaptive defaults (``structspec.rates``).
 
