@@ -47,7 +47,7 @@ from structspec.engine.decode import Engine
 from structspec.files import kept_cache_folder
 from structspec.model.base import Model, ModelError
 from structspec.model.extras import GGUFModel, gguf_extras, threaded
-from structspec.model.head import chosen_isa
+from structspec.model.head import MIN_ROWS, chosen_isa
 from structspec.model.prefix_cache import PrefixCache
 from structspec.model.standin import StandInModel
 from structspec.model.threads import IdleMeter
@@ -273,7 +273,8 @@ def _cost_cache_path(model: GGUFModel, threads: int, folder: str = "cost") -> Pa
             llama_cpp.__version__,
             model.head,
             # the kernel's instruction set (STRUCTSPEC_HEAD_ISA can force another)
-            chosen_isa() if model.head == "structspec" else None,
+            # and the passes it leaves to llama.cpp's head
+            [chosen_isa(), sorted(MIN_ROWS.items())] if model.head == "structspec" else None,
         ]
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]

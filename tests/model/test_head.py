@@ -253,6 +253,48 @@ def test_the_head_is_computed_by_the_kernel_and_agrees_with_llama_cpp(
 
 
 @needs_kernel
+@pytest.mark.parametrize("storage, qtype", [("q8_0", native.Q8_0), ("q6_k", native.Q6_K)])
+def test_a_pass_below_the_kernels_rows_for_its_type_runs_llama_cpps_head(
+    tmp_path, monkeypatch, storage, qtype
+):
+    """One row of a Q6_K head is llama.cpp's, the cheaper there; more rows, the kernel's."""
+    monkeypatch.setenv("STRUCTSPEC_HEAD_ISA", "avx2")
+    vocab = write_tiny_fim_gguf(tmp_path / "tiny.gguf", "qwen", head=storage)
+    model = _load(vocab.path)
+    try:
+        assert model._head is not None and model._head.min_rows == native.MIN_ROWS[qtype]
+        calls: list[int] = []
+        kernel = model._head.logits
+        monkeypatch.setattr(
+            model._head,
+            "logits",
+            lambda hidden, *a: calls.append(len(hidden)) or kernel(hidden, *a),
+        )
+        prompt = model.tokenize("def f(x):\n    return x")
+        rows = model.tokenize(" + 1\n\ndef g(y):", add_bos=False)[:3]
+        for n in (1, 2, 3):
+            with model.threads_pinned(2):  # bit for bit below: the same threads for both passes
+                want = _llama_cpp_logits(model, prompt, rows[:n])
+                model.prefill(prompt)
+                got = np.array(model.verify(rows[:n]).logits[:])
+                model.truncate(0)
+            if n < native.MIN_ROWS[qtype]:
+                np.testing.assert_array_equal(got, want)  # llama.cpp's own pass
+            else:
+                np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max())
+        kernel_rows = [n for n in (1, 2, 3) if n >= native.MIN_ROWS[qtype]]
+        assert calls == kernel_rows
+        calls.clear()
+        with model.kernel_every_pass():  # the kernel's own cost, for the reports
+            model.prefill(prompt)
+            model.verify(rows[:1])
+            model.truncate(0)
+        assert calls == [1]
+    finally:
+        model.close()
+
+
+@needs_kernel
 def test_an_interrupt_during_the_head_leaves_the_cache_as_before_the_pass(tmp_path, monkeypatch):
     """Interrupted between the layers and the kernel: ``Interrupted``, no row of the pass kept."""
     vocab = write_tiny_fim_gguf(tmp_path / "tiny.gguf", "qwen", head="q8_0")

@@ -26,6 +26,9 @@ logit soft-capping, a CPU with one of the kernel's instruction sets, and a
 first pass whose logits match llama.cpp's (``LlamaModel`` checks that at
 load). Anywhere else llama.cpp computes the head as before.
 
+A pass of fewer rows than ``MIN_ROWS`` gives for the matrix's type (a Q6_K
+head's single row) keeps llama.cpp's head, the cheaper there.
+
 The instruction set is chosen at run time: AVX-512 VNNI, else 256-bit
 AVX-VNNI, else AVX2. ``STRUCTSPEC_HEAD_ISA`` (``avx512``, ``avxvnni``,
 ``avx2``) forces one, so that a machine with AVX-512 measures the path a
@@ -55,6 +58,13 @@ Q8_0 = 8  # ggml_type of Q8_0
 Q6_K = 14  # ggml_type of Q6_K
 #: The types the kernel takes: (values per block, bytes per block) in ggml's layout.
 BLOCKS: dict[int, tuple[int, int]] = {Q8_0: (32, 34), Q6_K: (256, 210)}
+#: The fewest rows of a verification pass whose head the kernel computes, per
+#: type; a pass of fewer is left to llama.cpp's head. At one row llama.cpp's
+#: Q6_K matrix-vector product is the cheaper: on the five Q6_K code-model
+#: shapes of docs/BENCHMARKS-shapes.md (AVX2) the kernel's one-row head cost
+#: 1.13-1.44x llama.cpp's (27.3 against 19.0 ms on Qwen2.5-Coder-1.5B), and
+#: 0.74x at 4 rows; on Q8_0 it is the cheaper at one row too (0.78-0.86x).
+MIN_ROWS: dict[int, int] = {Q8_0: 1, Q6_K: 2}
 #: ggml's tensor types by number (``enum ggml_type`` of ggml.h), for the reports.
 GGML_TYPES: dict[int, str] = {
     0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1",
@@ -250,6 +260,11 @@ class NativeHead:
             return cls.from_blocks(blocks, tensor.type, n_vocab, n_embd, isa)
         except (ValueError, RuntimeError) as exc:
             raise NoNativeHead(f"the kernel refused the matrix: {exc}") from None
+
+    @property
+    def min_rows(self) -> int:
+        """The fewest rows of a pass this head computes (``MIN_ROWS``)."""
+        return MIN_ROWS[self.qtype]
 
     def covers(self) -> str:
         """Why this head is used, in one line (``LlamaModel.head_reason``)."""

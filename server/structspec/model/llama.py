@@ -282,6 +282,9 @@ class LlamaModel:
         self.n_embd = llama_cpp.llama_model_n_embd(model_ptr)
         self._hidden = hidden  # the eval callback's state, kept alive with the context
         self._head: NativeHead | None = None
+        #: The fewest rows of a pass the kernel computes, when not ``head.min_rows``
+        #: (``kernel_every_pass``).
+        self._kernel_rows: int | None = None
         #: The code that computes a verification pass's output head.
         self.head = "llama.cpp"
         #: Why that code computes it, in one line (set at load: ``load``, ``_attach_head``).
@@ -501,6 +504,19 @@ class LlamaModel:
             yield
         finally:
             self._head = before
+
+    @contextlib.contextmanager
+    def kernel_every_pass(self) -> Iterator[None]:
+        """Passes inside compute their logits with structspec's head, if in use, at any row count.
+
+        The kernel's own cost where llama.cpp's head is the one used (``head.MIN_ROWS``),
+        for the reports.
+        """
+        before, self._kernel_rows = self._kernel_rows, 1
+        try:
+            yield
+        finally:
+            self._kernel_rows = before
 
     @contextlib.contextmanager
     def interrupted_by(self, stop: Interrupt) -> Iterator[None]:
@@ -726,13 +742,15 @@ class LlamaModel:
         """Decode ``tokens`` at ``start`` with logits on every row; those logits.
 
         With structspec's head the decode stops at the hidden states and the
-        kernel computes the logits. Should the callback not capture them,
+        kernel computes the logits; a pass of fewer rows than the kernel takes
+        for the matrix's type (``head.MIN_ROWS``: one row of a Q6_K head) runs
+        llama.cpp's head, the cheaper there. Should the callback not capture them,
         llama.cpp has run its own head and its logits are read instead. The
         kernel reads the ``interrupted_by`` flag too: interrupted there, the
         batch's rows leave the KV cache as they do when llama.cpp aborts.
         """
         head, hidden = self._head, self._hidden
-        if head is None or hidden is None:
+        if head is None or hidden is None or len(tokens) < (self._kernel_rows or head.min_rows):
             self._decode(tokens, start, logits=True)
             return self._rows(len(tokens))
         hidden.arm(len(tokens), self.n_embd)
