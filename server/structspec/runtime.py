@@ -359,7 +359,7 @@ def model_rates(
     if announce is not None:
         announce(
             "structspec: measuring prompt and decode rates on this machine "
-            f"(load {samples + 1} of {RATES_SAMPLES} of this model: the fastest is kept)"
+            f"({samples + 1} of {RATES_SAMPLES}, at this model's first loads: the fastest is kept)"
         )
     pinning = threaded(model)  # all the model's threads, whatever the governor says now
     pinned = pinning.threads_pinned(extras.threads) if pinning is not None else None
