@@ -53,6 +53,20 @@ def code_tokens(model: Model, n: int) -> list[int]:
     return model.tokenize(text)[:n]
 
 
+def measurement_parser(module: str, description: str | None = None) -> argparse.ArgumentParser:
+    """The command line of a measurement on one model: ``--model``, ``--threads``, ``--repeat``.
+
+    ``module``: its name under ``structspec.bench`` (the program name shown).
+    """
+    parser = argparse.ArgumentParser(
+        prog=f"python -m structspec.bench.{module}", description=description
+    )
+    parser.add_argument("--model", default="", help="GGUF path (default: the default model)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    return parser
+
+
 def ms_since(t0: float) -> float:
     """Milliseconds since ``t0``, a ``time.perf_counter()`` reading."""
     return (time.perf_counter() - t0) * 1000.0
@@ -102,11 +116,7 @@ def waits(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m structspec.bench.prefill", description=__doc__)
-    p.add_argument("--model", default="", help="GGUF path (default: the embedded model)")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeat", type=int, default=3)
-    args = p.parse_args(argv)
+    args = measurement_parser("prefill", __doc__).parse_args(argv)
     model = open_model(args.model, threads=args.threads, context_size=4096)
     tokens = code_tokens(model, max(LENGTHS) + 1)
     lengths = [n for n in LENGTHS if n <= len(tokens)]

@@ -12,14 +12,13 @@ size, and the load average at the start (the cores may be shared).
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from structspec.bench.prefill import code_tokens, ms_since
+from structspec.bench.prefill import code_tokens, measurement_parser, ms_since
 from structspec.completion.prewarm import prefill_in_chunks
 from structspec.model.llama import LlamaModel
 from structspec.model.paths import default_model_path
@@ -30,11 +29,7 @@ LENGTHS = (512, 1024, 2048, 3968)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m structspec.bench.prefix_cache")
-    parser.add_argument("--model", default="", help="GGUF path (default: the default model)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args(argv)
+    args = measurement_parser("prefix_cache").parse_args(argv)
 
     model = LlamaModel.load(args.model or default_model_path(), n_ctx=4096, threads=args.threads)
     tokens = code_tokens(model, max(LENGTHS))

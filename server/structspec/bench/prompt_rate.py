@@ -22,7 +22,6 @@ the spread) and each road's ratio to ``Llama.eval``.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import multiprocessing
 import os
@@ -31,6 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from structspec.bench.prefill import measurement_parser
 from structspec.completion.prewarm import PREFILL_CHUNK, prefill_in_chunks
 from structspec.model.amx import plain_buffers_for_llama
 from structspec.model.llama import LlamaModel
@@ -74,11 +74,7 @@ def prompts(model: LlamaModel) -> list[list[int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m structspec.bench.prompt_rate")
-    parser.add_argument("--model", default="", help="GGUF path (default: the default model)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args(argv)
+    args = measurement_parser("prompt_rate").parse_args(argv)
 
     import llama_cpp
 

@@ -22,12 +22,11 @@ the start.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
 
-from structspec.bench.prefill import code_tokens, ms_since
+from structspec.bench.prefill import code_tokens, measurement_parser, ms_since
 from structspec.model.llama import FORK_MIN, LlamaModel
 from structspec.model.paths import default_model_path
 
@@ -38,11 +37,7 @@ CURSOR = 256
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m structspec.bench.slot_copy")
-    parser.add_argument("--model", default="", help="GGUF path (default: the default model)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args(argv)
+    args = measurement_parser("slot_copy").parse_args(argv)
 
     path = args.model or default_model_path()
     load = os.getloadavg()[0]
