@@ -326,7 +326,7 @@ class Background:
                 with interrupted_by(model, job.interrupt), warming:
                     return prefill_in_chunks(model, tokens, job.cancelled, rate=prompts.rate)
 
-            covered = opened or inputs.offset <= opening  # the top holds this place
+            covered = inputs.offset <= opening  # the top holds this place (an opened one's too)
             if opened:
                 session.cut = 0
             else:

@@ -171,6 +171,11 @@ class _Slot:
         self.filled = 0
         self.used = 0.0
 
+    def fill(self, tokens: Sequence[int]) -> None:
+        """Append a prompt's ``tokens``, prefilled or read back (KV cells: the caller's)."""
+        self.tokens.extend(tokens)
+        self.filled = len(self.tokens)
+
     def cut(self, n: int) -> None:
         """Forget the tokens from ``n`` on (the KV cache's side is the caller's)."""
         del self.tokens[n:]
@@ -660,8 +665,7 @@ class LlamaModel:
         for start in range(reused, len(tokens), self.n_batch):
             chunk = list(tokens[start : start + self.n_batch])
             self._decode(chunk, start, logits=False)
-            self._slot.tokens.extend(chunk)
-            self._slot.filled = len(self._slot.tokens)
+            self._slot.fill(chunk)
         return reused
 
     # -- the prefix cache's state ------------------------------------------
@@ -718,8 +722,7 @@ class LlamaModel:
         if self._llama.llama_state_seq_set_data(self._ctx, buf, len(data), slot.seq) == 0:
             self._llama.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
             return False
-        slot.tokens.extend(tokens)
-        slot.filled = len(slot.tokens)
+        slot.fill(tokens)
         return True
 
     def _rows(self, n: int) -> np.ndarray:
