@@ -10,6 +10,7 @@ import pytest
 
 from structspec.bench.infill import (
     ARRIVALS,
+    DEFAULT_ARRIVALS,
     OPTIONS,
     TYPED,
     Case,
@@ -28,10 +29,14 @@ class ScriptedClient:
         self.answers = answers  # (insert text or None for no item, stats after it)
         self.stats: dict[str, Any] = {}
         self.notified: list[str] = []
+        self.highlights: list[dict[str, Any]] = []  # the positions highlights were asked at
 
     async def request(self, method: str, params: dict[str, Any]) -> Any:
         if method == "workspace/executeCommand":
             return {"stats": self.stats, "cost": {"windowTokens": 1536}}
+        if method == "textDocument/documentHighlight":
+            self.highlights.append(params["position"])
+            return None
         assert method == "textDocument/inlineCompletion"
         text, self.stats = self.answers.pop(0)
         return {"items": [] if text is None else [{"insertText": text}]}
@@ -86,10 +91,25 @@ def test_a_forced_arrival_is_taken_for_every_line(tmp_path: Path) -> None:
     assert summary["no context"]["plain"]["exact"] == 1
 
 
+def test_a_highlight_client_asks_for_highlights_at_the_line_and_reports_no_cursor(
+    tmp_path: Path,
+) -> None:
+    server = _InfillServer("no context", {}, "", 1, 10.0)
+    client = ScriptedClient([("return x", {})] + [("", {})] * TYPED)
+    server.client = client  # type: ignore[assignment]
+    scores = Scores()
+    asyncio.run(server.run_case(CASE, "highlight", 0.0, scores, tmp_path))
+    assert client.highlights == [{"line": CASE.line, "character": len(CASE.indent)}]
+    assert "structspec/didMoveCursor" not in client.notified
+    assert scores.first_ms["highlight"] and scores.records[0]["arrival"] == "highlight"
+
+
 def test_arrivals_are_parsed_and_checked() -> None:
     assert parse_arrivals("plain") == ("plain",)
     assert parse_arrivals(" cold, prewarmed ") == ("cold", "prewarmed")
     assert parse_arrivals(ARRIVALS) == ARRIVALS
+    assert parse_arrivals("plain,highlight") == ("plain", "highlight")
+    assert set(DEFAULT_ARRIVALS) < set(ARRIVALS)
     for bad in ("", "warm", "cold,nope"):
         with pytest.raises(ValueError, match="arrivals must be among"):
             parse_arrivals(bad)

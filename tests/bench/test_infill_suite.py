@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from structspec.bench.infill import (
-    ARRIVALS,
+    DEFAULT_ARRIVALS,
     TYPED,
     Scores,
     _clear_line,
@@ -68,8 +68,8 @@ def test_infill_suite_runs_through_the_language_server(tmp_path):
         he = data["humaneval"][config]
         assert he["cases"] == 2 and len(he["exact"]) == TYPED + 1
         arrivals = data["arrivals"][config]
-        assert list(arrivals) == list(ARRIVALS)
-        lines = [arrivals[a]["lines"] for a in ARRIVALS]  # in turn over the cases
+        assert list(arrivals) == list(DEFAULT_ARRIVALS)
+        lines = [arrivals[a]["lines"] for a in DEFAULT_ARRIVALS]  # in turn over the cases
         assert sum(lines) == 2 + files and lines[:3] == [1, 1, 1]
     lines = data["lines"]  # every answer: 2 configurations x (2 + files) lines x TYPED + 1
     assert len(lines) == 2 * (2 + files) * (TYPED + 1)

@@ -189,11 +189,15 @@ class RawClient:
             ]
 
     # -- sessions -------------------------------------------------------------
-    def initialize(self, options: Any = None, *, configuration: bool = True) -> dict[str, Any]:
-        caps = {
+    def initialize(
+        self, options: Any = None, *, configuration: bool = True, experimental: Any = None
+    ) -> dict[str, Any]:
+        caps: dict[str, Any] = {
             "textDocument": {"inlineCompletion": {}, "completion": {}},
             "workspace": {"configuration": configuration},
         }
+        if experimental is not None:
+            caps["experimental"] = experimental
         answer = self.call(
             "initialize",
             {

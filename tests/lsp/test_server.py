@@ -8,6 +8,7 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 from tests.helpers.lsp import TEXT, URI, end_of, inline, open_doc
+from tests.helpers.raw_client import RawClient
 
 
 async def test_capabilities(client: LanguageClient):
@@ -178,3 +179,30 @@ async def test_cursor_notification_pre_warms_and_bad_params_are_ignored(client: 
     # then the cursor's place (and a document that fits its window, from its start again)
     assert await _prewarmed(client, 2) >= 2
     assert (await inline(client, end_of(TEXT))).items  # still serving
+
+
+async def test_highlight_request_names_the_cursor_of_a_client_without_the_report(
+    client: LanguageClient,
+):
+    """Emacs, Sublime Text and Neovim ask for highlights where the cursor rests: warm there."""
+    assert client.server_capabilities.document_highlight_provider  # no cursor report declared
+    open_doc(client)
+    assert await _prewarmed(client, 1) == 1  # the document as opened
+    where = types.DocumentHighlightParams(
+        text_document=types.TextDocumentIdentifier(uri=URI),
+        position=types.Position(line=1, character=4),
+    )
+    assert await client.text_document_document_highlight_async(where) is None  # no highlights
+    assert await _prewarmed(client, 2) >= 2  # the place named
+    assert (await inline(client, end_of(TEXT))).items  # still serving
+
+
+def test_a_client_that_reports_the_cursor_is_not_asked_for_highlights():
+    reported = {"structspec": {"didMoveCursor": True}}
+    with RawClient() as raw:
+        capabilities = raw.initialize(experimental=reported)["result"]["capabilities"]
+        assert "documentHighlightProvider" not in capabilities
+        position = {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}}
+        answer = raw.call("textDocument/documentHighlight", position)
+        assert answer["error"]["code"] == -32601  # method not found
+        assert raw.shutdown_and_exit() == 0

@@ -22,6 +22,18 @@ export interface CursorPlace {
   character: number;
 }
 
+/**
+ * Declares, in the client capabilities sent at ``initialize``, that this client
+ * sends ``structspec/didMoveCursor`` (``structspec.lsp.convert.reports_cursor``):
+ * the server then does not ask for the highlight requests it otherwise reads
+ * the cursor's place from. Other experimental capabilities are kept.
+ */
+export function declareCursorReport(capabilities: { experimental?: unknown }): void {
+  const given = capabilities.experimental;
+  const kept = typeof given === 'object' && given !== null && !Array.isArray(given) ? given : {};
+  capabilities.experimental = { ...kept, structspec: { didMoveCursor: true } };
+}
+
 /** The ``structspec/didMoveCursor`` notification's params. */
 export function cursorParams(place: CursorPlace): { textDocument: { uri: string }; position: { line: number; character: number } } {
   return { textDocument: { uri: place.uri }, position: { line: place.line, character: place.character } };

@@ -24,7 +24,7 @@ import {
   type LanguageClientOptions,
   type Message,
 } from 'vscode-languageclient/node';
-import { CURSOR_NOTIFICATION, cursorParams, CursorReporter, type CursorPlace } from './cursor';
+import { CURSOR_NOTIFICATION, cursorParams, CursorReporter, declareCursorReport, type CursorPlace } from './cursor';
 import {
   crashNotice,
   modelFailureLine,
@@ -427,6 +427,13 @@ class Controller implements vscode.Disposable {
       () => this.spawnServer(resolved, launch, cwd),
       clientOptions,
     );
+    // This client reports the cursor (structspec/didMoveCursor): say so at initialize.
+    client.registerFeature({
+      fillClientCapabilities: declareCursorReport,
+      initialize: () => undefined,
+      getState: () => ({ kind: 'static' }),
+      clear: () => undefined,
+    });
     client.onNotification(STATUS_NOTIFICATION, (params: unknown) => this.onStatus(params));
     client.onDidChangeState((e) => {
       if (this.client !== client) {

@@ -22,13 +22,18 @@ after three typed characters, over the lines whose first word has at least
 four characters), and edit similarity (1 - Levenshtein distance / longer length).
 
 Latency (keystroke to answer) of the first request at the line depends on how
-the user arrived there (``ARRIVALS``, taken in turn over the cases): *cold*
+the user arrived there (``DEFAULT_ARRIVALS``, taken in turn over the cases): *cold*
 right after the document is opened (every prompt token evaluated then);
 *pre-warmed* after ``idle_s`` seconds of idling on a freshly opened document
 whose cursor the client reported (``structspec/didMoveCursor``, as the VS Code
 client does when the cursor rests); *plain* after ``idle_s`` seconds of idling
-with a client that never reports the cursor (Helix, Emacs, Sublime: the server
-warms where the user is likely to be on its own); *restart* as plain, then the
+with a client that never tells where the cursor is (Helix, Neovim without the
+README's snippet: the server warms where the user is likely to be on its
+own); *highlight* as plain, but the client asks for the highlights of the
+symbol under the cursor once it rested ``HIGHLIGHT_DELAY_S``
+(``textDocument/documentHighlight``, as Emacs' eglot and lsp-mode and Sublime
+Text's LSP do; the server reads the cursor's place from it; not among the
+default arrivals); *restart* as plain, then the
 language server is stopped and started again with the on-disk prompt-prefix
 cache on (in a temporary folder of the case's own, never the user's cache) and
 asked right after the document is opened again, so the first request reads
@@ -79,9 +84,14 @@ from structspec.lsp.convert import CURSOR_NOTIFICATION
 
 #: Characters of the cleared line typed after the first request.
 TYPED = 3
-#: How the user arrives at the cleared line before the first request, in turn
-#: over the cases (the module docstring says what each is).
-ARRIVALS = ("cold", "prewarmed", "plain", "restart")
+#: How the user may arrive at the cleared line before the first request (the
+#: module docstring says what each is).
+ARRIVALS = ("cold", "prewarmed", "plain", "restart", "highlight")
+#: The arrivals taken in turn over the cases unless others are asked for.
+DEFAULT_ARRIVALS = ("cold", "prewarmed", "plain", "restart")
+#: Seconds a cursor rests before a *highlight* client asks for highlights there
+#: (Emacs' ``eldoc-idle-delay`` and lsp-mode's ``lsp-idle-delay``).
+HIGHLIGHT_DELAY_S = 0.5
 #: Settings of both servers. The latency budget is wide so that what is measured
 #: is the model's answer, not where a budget cut it off (latency is reported).
 #: The window is the static default (what the default model's rates choose on a
@@ -424,6 +434,14 @@ class _InfillServer(ReplayedServer):
             self.client.notify(
                 CURSOR_NOTIFICATION, {"textDocument": {"uri": case.uri}, "position": where}
             )
+        if arrival == "highlight":
+            await asyncio.sleep(min(HIGHLIGHT_DELAY_S, idle_s))
+            where = {"line": case.line, "character": column}
+            await self.client.request(
+                "textDocument/documentHighlight",
+                {"textDocument": {"uri": case.uri}, "position": where},
+            )
+            await asyncio.sleep(max(0.0, idle_s - HIGHLIGHT_DELAY_S))
         if arrival in ("prewarmed", "plain"):
             await asyncio.sleep(idle_s)
         suggestion, ms, reason = await self.ask(case.uri, case.line, column)
@@ -465,7 +483,7 @@ async def _run(
     timeout_s: float,
     out: Out,
     configs: Configs = CONFIGS,
-    arrivals: Sequence[str] = ARRIVALS,
+    arrivals: Sequence[str] = DEFAULT_ARRIVALS,
 ) -> dict[str, dict[str, Scores]]:
     servers = []
     for name, options in configs:
@@ -541,7 +559,7 @@ def _arrivals_table(
     scores: dict[str, dict[str, Scores]],
     parts: Sequence[str],
     out: Out,
-    arrivals: Sequence[str] = ARRIVALS,
+    arrivals: Sequence[str] = DEFAULT_ARRIVALS,
 ) -> dict[str, Any]:
     """The first suggestion at the line per arrival, over the lines of ``parts`` together."""
     out(
@@ -580,7 +598,7 @@ def run_infill_benchmark(
     before_chars: int = BEFORE_CHARS,
     configs: Configs = CONFIGS,
     humaneval: bool = True,
-    arrivals: Sequence[str] = ARRIVALS,
+    arrivals: Sequence[str] = DEFAULT_ARRIVALS,
 ) -> dict[str, Any]:
     """Build the cases (``limit`` per part), run the servers of ``configs``, print the tables.
 
@@ -599,7 +617,8 @@ def run_infill_benchmark(
         f"infill: {parts['humaneval']} HumanEval lines + {parts['files']} real-file lines, "
         f"asked at the line start and after 1..{TYPED} typed characters; {threads} thread(s); "
         f"arriving in turn {', '.join(arrivals)} (pre-warmed: {idle_s:.0f} s idle at the "
-        f"reported cursor; plain: {idle_s:.0f} s idle, no cursor report; restart: plain, then "
+        f"reported cursor; plain: {idle_s:.0f} s idle, no cursor report; highlight: plain, "
+        f"highlights asked at the cursor after {HIGHLIGHT_DELAY_S} s; restart: plain, then "
         f"the server restarted with the prefix cache on); real files: up to {before_chars} "
         f"characters before the line"
     )

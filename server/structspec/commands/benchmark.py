@@ -75,6 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="cold,prewarmed,plain,restart",
         help="infill: how the user arrives at each line before its first request, "
         "comma-separated, taken in turn over the lines (default cold,prewarmed,plain,restart; "
+        "also highlight: a client that asks for highlights where the cursor rests; "
         "one name: every line so)",
     )
     p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt (default 128)")

@@ -102,6 +102,11 @@ class CompletionService:
         self._sessions: dict[str, Session] = {}
         self._recent: OrderedDict[str, None] = OrderedDict()  # uris, most recently used first
         self._draft_languages: dict[str, str] = {}  # uri -> languageId the sources see
+        #: The client sent a cursor report (``cursor_moved``): its word is taken over
+        #: the places other requests name (``cursor_named``).
+        self._cursor_reported = False
+        #: The place a request last named the cursor at (uri, line, character).
+        self._cursor_named: tuple[str, int, int] | None = None
         #: The model and engine keys the last warm-up was queued for (``None``: never).
         self._warm_keys: tuple[object, object] | None = None
         self._warm_queued = False
@@ -152,12 +157,15 @@ class CompletionService:
         if doc.edited_at is not None:
             places.visit(doc.edited_at)
         self._background.schedule_prewarm(uri, doc.edited_at)
+        self._cursor_named = None  # the prompt changed: the same place is worth warming again
         return doc
 
     def close_document(self, uri: str) -> None:
         self.documents.close(uri)
         self._recent.pop(uri, None)
         self._draft_languages.pop(uri, None)
+        if self._cursor_named is not None and self._cursor_named[0] == uri:
+            self._cursor_named = None
         session = self._sessions.pop(uri, None)
         if session is not None and session.job is not None:
             session.job.cancel()
@@ -168,6 +176,25 @@ class CompletionService:
         Ignored for a document that is not open and while the cursor sits at
         the suggestion on screen (pre-generation is working there).
         """
+        self._cursor_reported = True
+        self._warm_at_cursor(uri, line, character)
+
+    def cursor_named(self, uri: str, line: int, character: int) -> None:
+        """A request named the cursor's place (``textDocument/documentHighlight``).
+
+        Clients that never report the cursor still ask for the highlights of
+        the symbol where it rests (Emacs' eglot and lsp-mode, Sublime Text's
+        LSP, Neovim with the usual ``CursorHold`` autocommand): the place is
+        pre-warmed as a report's would be. Ignored once the client reports
+        the cursor itself, and when it names the place it named last (those
+        clients ask again after every pause there).
+        """
+        if self._cursor_reported or self._cursor_named == (uri, line, character):
+            return
+        self._cursor_named = (uri, line, character)
+        self._warm_at_cursor(uri, line, character)
+
+    def _warm_at_cursor(self, uri: str, line: int, character: int) -> None:
         doc = self.documents.get(uri)
         if doc is None or self._worker.closed:
             return

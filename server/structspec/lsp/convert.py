@@ -115,6 +115,19 @@ def cost_json(cost: ModelCost) -> dict[str, Any]:
     }
 
 
+def reports_cursor(capabilities: types.ClientCapabilities) -> bool:
+    """The client says it sends ``structspec/didMoveCursor``.
+
+    It declares so in its capabilities at ``initialize``:
+    ``"experimental": {"structspec": {"didMoveCursor": true}}`` (the VS Code
+    client does). The server then does not ask for the highlight requests it
+    otherwise reads the cursor's place from (``lsp.server``).
+    """
+    experimental = capabilities.experimental
+    ours = experimental.get("structspec") if isinstance(experimental, dict) else None
+    return isinstance(ours, dict) and ours.get("didMoveCursor") is True
+
+
 def cursor_position(params: Any) -> tuple[str, int, int] | None:
     """``(uri, line, character)`` of a ``structspec/didMoveCursor`` notification, or ``None``."""
 

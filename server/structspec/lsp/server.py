@@ -45,6 +45,7 @@ from structspec.lsp.convert import (
     completion_list,
     cursor_position,
     inline_completion,
+    reports_cursor,
     status_json,
 )
 from structspec.lsp.protocol import StructspecProtocol
@@ -251,6 +252,8 @@ def _register_lifecycle(server: StructspecServer, service: CompletionService) ->
         with contextlib.suppress(RuntimeError):  # no workspace: keep UTF-16
             service.documents.encoding = _encoding(ls.workspace.position_encoding)
         ls.take_client_values(params.initialization_options, layer="initializationOptions")
+        if not reports_cursor(params.capabilities):
+            _register_highlights(ls, service)  # before pygls computes the capabilities
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: StructspecServer, params: types.InitializedParams) -> None:
@@ -318,6 +321,27 @@ def _register_documents(server: StructspecServer, service: CompletionService) ->
             log.warning("ignoring %s with params %r", CURSOR_NOTIFICATION, params)
             return
         service.cursor_moved(*where)
+
+
+def _register_highlights(server: StructspecServer, service: CompletionService) -> None:
+    """``textDocument/documentHighlight``: where the cursor rests, for a client that does not say.
+
+    Clients without ``structspec/didMoveCursor`` ask for the highlights of
+    the symbol under a cursor that rests (Emacs, Sublime Text, Neovim with a
+    ``CursorHold`` autocommand): the place is pre-warmed. The answer is no
+    highlights (``null``): an editor takes them from its other servers.
+    Registered at ``initialize`` only for clients that do not declare the
+    cursor report (``convert.reports_cursor``; the VS Code client does): a
+    client that reports it is not asked for one more request per cursor move.
+    """
+
+    @server.feature(types.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT)
+    def document_highlight(
+        ls: StructspecServer, params: types.DocumentHighlightParams
+    ) -> list[types.DocumentHighlight] | None:
+        where = params.position
+        service.cursor_named(params.text_document.uri, where.line, where.character)
+        return None
 
 
 def _register_completion(server: StructspecServer, service: CompletionService) -> None:

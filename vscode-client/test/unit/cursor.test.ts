@@ -1,7 +1,7 @@
 /** Unit tests of which cursor moves are reported for pre-warm. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { CURSOR_REST_MS, CursorPlace, cursorParams, CursorReporter, EDIT_SHADOW_MS } from '../../src/cursor';
+import { CURSOR_REST_MS, CursorPlace, cursorParams, CursorReporter, declareCursorReport, EDIT_SHADOW_MS } from '../../src/cursor';
 
 function harness() {
   let clock = 0;
@@ -66,5 +66,21 @@ describe('cursor reporter', () => {
   });
   test('params are the notification shape', () => {
     assert.deepEqual(cursorParams(A), { textDocument: { uri: A.uri }, position: { line: 3, character: 4 } });
+  });
+});
+
+describe('declareCursorReport', () => {
+  test('declares the cursor report and keeps other experimental capabilities', () => {
+    const caps: { experimental?: unknown } = { experimental: { other: 1 } };
+    declareCursorReport(caps);
+    assert.deepEqual(caps.experimental, { other: 1, structspec: { didMoveCursor: true } });
+  });
+
+  test('replaces an experimental value that is not an object', () => {
+    for (const given of [undefined, null, 3, ['x']]) {
+      const caps: { experimental?: unknown } = { experimental: given };
+      declareCursorReport(caps);
+      assert.deepEqual(caps.experimental, { structspec: { didMoveCursor: true } });
+    }
   });
 });
