@@ -108,6 +108,27 @@ async def wait_for(condition, timeout: float = 60.0) -> None:
 # -- chunked prefill -----------------------------------------------------------
 
 
+class ReadBackStandIn(SlottedStandIn):
+    """The first chunk reads back a saved state of the whole prompt (as ``LlamaModel`` does)."""
+
+    def prefill_part(self, tokens: Sequence[int], n: int) -> int:
+        if not self.prefills:
+            self._choose(tokens)
+            self._cache = list(tokens)  # read back, not evaluated
+            self.prefills.append((len(tokens), len(tokens)))
+            return len(tokens)
+        return super().prefill_part(tokens, n)
+
+
+def test_chunks_a_state_read_back_holds_are_skipped_and_not_measured():
+    model = ReadBackStandIn()
+    tokens = model.tokenize(PY)[:1000]
+    rate = PromptRate()
+    assert prefill_in_chunks(model, tokens, lambda: False, chunk=100, rate=rate)
+    assert model.prefills == [(1000, 1000)]  # one read back, nothing evaluated after it
+    assert not rate.measured  # a read back is no prompt rate
+
+
 def test_chunked_prefill_stops_between_chunks_and_resumes():
     model = RecordingStandIn()
     tokens = model.tokenize(PY)[:1000]

@@ -263,3 +263,29 @@ def test_a_restored_state_continues_as_the_evaluated_one(tmp_path):
     scale = max(1.0, float(np.abs(expected).max()))
     assert np.abs(got - expected).max() <= 1e-3 * scale
     restarted.close()
+
+
+@pytest.mark.model
+def test_a_chunked_prefill_after_a_restart_reads_the_whole_prompt_back(tmp_path):
+    """The first chunk's read back holds the saved prompt: no chunk after it is evaluated."""
+    from structspec.completion.prewarm import PREFILL_CHUNK, PromptRate, prefill_in_chunks
+    from structspec.model.llama import LlamaModel
+    from structspec.model.paths import default_model_path
+
+    path = default_model_path()
+    text = Path(prefix_cache.__file__).read_text(encoding="utf-8")
+    first = LlamaModel.load(path, n_ctx=2048, threads=2, slots=3)
+    prompt = first.tokenize(text)[: SAVE_GAP + RESTORE_MIN + 3 * PREFILL_CHUNK]
+    first.prefix_cache = PrefixCache(tmp_path, first.identity())
+    evaluate(first, prompt)
+    assert first.prefix_cache.saves == 1
+    first.close()
+
+    restarted = LlamaModel.load(path, n_ctx=2048, threads=2, slots=3)
+    restarted.prefix_cache = PrefixCache(tmp_path, restarted.identity())
+    rate = PromptRate()
+    assert prefill_in_chunks(restarted, prompt, lambda: False, rate=rate)
+    assert restarted.prefix_cache.hits == 1
+    assert restarted.reusable_prefix(prompt) == len(prompt)
+    assert not rate.measured  # every chunk was read back: none evaluated
+    restarted.close()

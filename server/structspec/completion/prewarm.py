@@ -179,7 +179,9 @@ def prefill_in_chunks(
     over by a chunk and the rest. A chunk interrupted part-way
     (``model.base.Interrupt``) stops it too (``False``). ``rate``: each
     chunk's tokens/s is recorded there (the tokens it evaluated: those a
-    state read back from the prefix cache spared are not counted).
+    state read back from the prefix cache spared are not counted). A state
+    read back for the whole prompt (``SlottedModel.prefill_part``) may spare
+    the chunks after the first one too: they are skipped.
     """
     done = reusable_prefix(model, tokens)
     slotted = kv_slots(model)  # chooses the KV slot for the whole prompt
@@ -201,10 +203,11 @@ def prefill_in_chunks(
                 held = model.prefill(tokens[: done + step])
         except Interrupted:  # stopped part-way: the chunks before it stay cached
             return False
+        fresh = max(0, done + step - max(done, held))  # neither reused nor read back
         if rate is not None:
-            rate.observe(done + step - max(done, held), clock() - t)
-        done += step
-        evaluated += step
+            rate.observe(fresh, clock() - t)
+        done = max(done + step, held)  # a state read back may hold chunks past this one
+        evaluated += fresh
     return True
 
 

@@ -70,7 +70,11 @@ class SlottedModel(Model, Protocol):
         ...
 
     def prefill_part(self, tokens: Sequence[int], n: int) -> int:
-        """``prefill(tokens[:n])`` in the slot ``prefill(tokens)`` would use."""
+        """``prefill(tokens[:n])`` in the slot ``prefill(tokens)`` would use.
+
+        The slot may then hold more of ``tokens`` (a saved state read back for
+        all of them); returns what it held of them before evaluating.
+        """
         ...
 
 

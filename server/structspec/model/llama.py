@@ -642,31 +642,36 @@ class LlamaModel:
         """``prefill(tokens[:n])`` in the slot ``prefill(tokens)`` would use (a chunk of it).
 
         A chunk alone could look like another document's start and take its slot.
+        A saved state is read back for all of ``tokens``, not the chunk: after a
+        restart the whole saved prompt comes back with the first chunk, and
+        the slot then holds more of ``tokens`` than ``n`` (what it returns).
         """
         if len(tokens) + 1 > self.n_ctx:
             raise ModelError(f"{len(tokens)} tokens do not fit the context of {self.n_ctx}")
-        reused = self._select_slot(tokens)
-        return self._fill(tokens[:n], min(reused, n))
+        return self._fill(tokens, self._select_slot(tokens), end=n)
 
-    def _fill(self, tokens: Sequence[int], reused: int) -> int:
-        """Evaluate ``tokens`` after the first ``reused`` the current slot holds.
+    def _fill(self, tokens: Sequence[int], reused: int, end: int | None = None) -> int:
+        """Evaluate ``tokens[:end]`` (all of them by default) after the ``reused`` the slot holds.
 
-        With a prefix cache, a saved state that spares enough of the evaluation
-        is read back first. Nothing is saved here (a request may be waiting on
-        this prefill): ``save_prefixes`` does that at idle time.
+        With a prefix cache, a saved state of ``tokens`` that spares enough of
+        their evaluation is read back first (it may hold more than ``end``).
+        Returns what the slot held of ``tokens`` before evaluating: reused or
+        read back. Nothing is saved here (a request may be waiting on this
+        prefill): ``save_prefixes`` does that at idle time.
         """
+        end = len(tokens) if end is None else end
         self.truncate(reused)
         cache = self.prefix_cache
         if self._copy_pending:  # a state read back now would be overwritten by the copy
             cache = None
         if cache is not None and len(tokens) - len(self._slot.tokens) >= RESTORE_MIN:
             self.truncate(cache.restore(self, tokens, len(self._slot.tokens)))
-        reused = len(self._slot.tokens)
-        for start in range(reused, len(tokens), self.n_batch):
-            chunk = list(tokens[start : start + self.n_batch])
+        held = len(self._slot.tokens)
+        for start in range(held, end, self.n_batch):
+            chunk = list(tokens[start : min(start + self.n_batch, end)])
             self._decode(chunk, start, logits=False)
             self._slot.fill(chunk)
-        return reused
+        return held
 
     # -- the prefix cache's state ------------------------------------------
     def identity(self) -> str:
