@@ -74,6 +74,27 @@ def test_snippets_stay_while_typing_in_one_place():
     assert chooser.choices == 3
 
 
+def test_a_cursor_in_the_documents_top_keeps_the_tops_snippets():
+    """Snippets chosen at the cursor would put other tokens before the cached top."""
+    chooser = SnippetChooser()
+    uri = "file:///p/a.py"
+    others = [neighbour("file:///p/helpers.py", HELPERS), neighbour("file:///p/f.py", FILLER)]
+    head = "".join(f"unrelated_{i} = other_{i}\n" for i in range(20))  # as f.py starts
+    text = head + "y = load_config(path)\n" * 40 + "cfg = load_config(path)\n"
+    top = chooser.choose(uri, text, len(text), others, top=True)
+    assert [s.path for s in top] == ["helpers.py"]
+    far = len(head)  # more than RECHOOSE_LINES above the top's end
+    assert text.count("\n", far, len(text)) > RECHOOSE_LINES
+    assert [s.path for s in best_windows(query_lines(text, far), others)] == ["f.py"]
+    assert chooser.choose(uri, text, far, others) is top  # not the cursor's own choice
+    assert chooser.choices == 1
+    below = text + "y = 1\n" * (RECHOOSE_LINES + 2)  # past the top: the cursor's own
+    assert chooser.choose(uri, below, len(below), others) is not top
+    assert chooser.choose(uri, text, far, others) is top  # back in the top: its snippets again
+    changed = [others[0], neighbour("file:///p/f.py", FILLER + "x\n", version=2)]
+    assert chooser.choose(uri, text, far, changed)[0].path == "f.py"  # another file changed
+
+
 def test_snippets_are_comments_before_the_window_without_fim():
     model = StandInModel(n_ctx=2048)
     builder = PromptBuilder(model)

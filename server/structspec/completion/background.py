@@ -354,7 +354,9 @@ class Background:
                 or (kv_slots(model) is not None and 1 + len(elsewhere) < KV_SLOTS)
             ):
                 there = replace(inputs, offset=opening)
-                top = build_prompt(prompts, snippets, there, 0, full=True, window_tokens=top_room)
+                top = build_prompt(
+                    prompts, snippets, there, 0, full=True, window_tokens=top_room, top=True
+                )
                 if not warm(top):
                     return
                 if covered:

@@ -192,6 +192,7 @@ def build_prompt(
     *,
     full: bool = False,
     window_tokens: int | None = None,
+    top: bool = False,
 ) -> Prompt:
     """The job's prompt, with project context when it is on.
 
@@ -199,13 +200,15 @@ def build_prompt(
     new place a first window the machine evaluates within the latency target
     (``prompt.first_window``), the full one where it is cached. ``full``:
     the full window at ``cut_hint`` (pre-warm growing a first one), of
-    ``window_tokens`` when given (a document's top), else the setting's.
+    ``window_tokens`` when given, else the setting's. ``top``: that window
+    is the document's top (``cut_hint`` 0), whose snippets every cursor in
+    it keeps (``SnippetChooser``).
     """
     settings = job.settings
     context: list[Snippet] = []
     if settings.project_context:
         neighbours = [Neighbour(o.uri, file_name(o.uri), o.version, o.text) for o in job.others]
-        context = snippets.choose(job.uri, job.text, job.offset, neighbours)
+        context = snippets.choose(job.uri, job.text, job.offset, neighbours, top=top)
 
     def build(window_tokens: int, hint: int | None) -> Prompt:
         return prompts.build(

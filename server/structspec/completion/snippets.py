@@ -11,7 +11,11 @@ window, so any change to them re-evaluates the whole window. ``SnippetChooser``
 therefore chooses again only when the cursor's line moves more than
 ``RECHOOSE_LINES`` lines from where they were chosen, or the set of other
 documents (or one of their versions) changes; while the user types in one
-place the same snippets come back and the KV cache keeps them.
+place the same snippets come back and the KV cache keeps them. A document's
+*top* (its text from the start, pre-warmed so that a cursor anywhere in it
+finds its window cached) keeps the snippets chosen for it for every cursor in
+it: snippets chosen at the cursor would put other tokens before the top's and
+evaluate them all again.
 """
 
 from __future__ import annotations
@@ -103,33 +107,58 @@ def best_windows(
     return found[:limit]
 
 
+#: A choice of snippets: the cursor's line it was made at, the other documents'
+#: versions then, and the snippets.
+_Choice = tuple[int, tuple[tuple[str, int], ...], list[Snippet]]
+
+
 class SnippetChooser:
     """Snippets per document, chosen again only on a coarse move (see the module docstring)."""
 
     def __init__(self, rechoose_lines: int = RECHOOSE_LINES) -> None:
         self.rechoose_lines = rechoose_lines
         # uri -> (line the choice was made at, neighbour versions, snippets)
-        self._chosen: dict[str, tuple[int, tuple[tuple[str, int], ...], list[Snippet]]] = {}
+        self._chosen: dict[str, _Choice] = {}
+        # uri -> the choice made for the document's top (at its last line)
+        self._tops: dict[str, _Choice] = {}
         self.choices = 0  # how many times snippets were actually (re)computed
 
     def choose(
-        self, uri: str, text: str, offset: int, neighbours: Sequence[Neighbour]
+        self,
+        uri: str,
+        text: str,
+        offset: int,
+        neighbours: Sequence[Neighbour],
+        *,
+        top: bool = False,
     ) -> list[Snippet]:
-        """The snippets for a cursor at ``offset`` of ``uri`` (see the module docstring)."""
+        """The snippets for a cursor at ``offset`` of ``uri`` (see the module docstring).
+
+        ``top``: the prompt is the document's top, from its start to ``offset``;
+        a cursor above that line then gets the same snippets (while the other
+        documents stay as they were).
+        """
         line = text.count("\n", 0, offset)
         versions = tuple(sorted((n.uri, n.version) for n in neighbours if n.uri != uri))
+        held = self._tops.get(uri)
+        if not top and held is not None and held[1] == versions and line <= held[0]:
+            return held[2]
         previous = self._chosen.get(uri)
         if (
             previous is not None
             and previous[1] == versions
             and abs(previous[0] - line) <= self.rechoose_lines
         ):
-            return previous[2]
-        others = [n for n in neighbours if n.uri != uri]
-        snippets = best_windows(query_lines(text, offset), others)
-        self.choices += 1
-        # Keep choices only for documents still open (``neighbours`` are all the others).
-        live = {n.uri for n in neighbours} | {uri}
-        self._chosen = {u: c for u, c in self._chosen.items() if u in live}
-        self._chosen[uri] = (line, versions, snippets)
+            snippets = previous[2]
+        else:
+            others = [n for n in neighbours if n.uri != uri]
+            snippets = best_windows(query_lines(text, offset), others)
+            self.choices += 1
+            # Keep choices only for documents still open (``neighbours`` are all the others).
+            live = {n.uri for n in neighbours} | {uri}
+            self._chosen = {u: c for u, c in self._chosen.items() if u in live}
+            self._tops = {u: c for u, c in self._tops.items() if u in live}
+            self._chosen[uri] = (line, versions, snippets)
+        if top:
+            self._tops[uri] = (line, versions, snippets)
         return snippets
