@@ -259,3 +259,13 @@ def test_distribution_respects_candidates() -> None:
     assert ids.tolist() == [1, 2, 4]
     assert math.isclose(float(probs.sum()), 1.0)
     assert probs[1] == max(probs)
+
+
+def test_numpy_random_is_imported_with_the_module_not_by_the_first_generation():
+    """Its import takes tens of milliseconds, which the first answer after a start paid."""
+    import subprocess
+    import sys
+
+    code = "import sys, structspec.engine.sampling; print('numpy.random' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"

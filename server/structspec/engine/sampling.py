@@ -33,6 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# numpy imports its random module on first use: 28 ms, which the first
+# generation after a start would pay (every generation makes a ``Sampler``).
+from numpy.random import default_rng
+
 #: ``top_p`` first looks only at tokens within this factor of the most likely
 #: one, and widens the look only when they hold less than ``top_p`` (a full
 #: sort of a 262k vocabulary per row is what this avoids).
@@ -123,7 +127,7 @@ class Sampler:
     def __init__(self, sampling: Sampling) -> None:
         self.sampling = sampling
         seed = None if sampling.seed is None else sampling.seed % (1 << 64)  # OpenAI's are signed
-        self._rng = np.random.default_rng(seed)
+        self._rng = default_rng(seed)
         self._u: list[float] = []
 
     def uniform(self, position: int) -> float:
