@@ -167,28 +167,6 @@ def test_a_keystroke_interrupts_the_pre_generation_pass_in_progress() -> None:
     assert written > 0  # the passes before the interrupted one were kept
 
 
-def test_cursor_moved_pre_warms_the_prompt_at_the_cursor() -> None:
-    """Not the document as opened: the prompt of a request at the cursor, all but its last token.
-
-    (The document is longer than the context: one that fits is then evaluated from its
-    start to its end, ``test_prewarm.py``.)
-    """
-    text = "".join(f"row_{i} = {i}\n" for i in range(600))
-    offset = text.index("row_500") + 4
-
-    async def scenario() -> str:
-        model = StandInModel(seed=1)
-        svc = make_service(model, window_tokens=300)
-        svc.open_document(URI, "python", 1, text)
-        svc.cursor_moved(URI, 500, 4)
-        await wait_for(lambda: svc.stats.prewarmed >= 1)
-        cached = model.detokenize(list(model.cached_tokens))
-        svc.close()
-        return cached
-
-    assert asyncio.run(scenario()).endswith(text[offset - 200 : offset - 1])
-
-
 def test_continuation_follows_what_the_model_wrote() -> None:
     doc = "x = "
     cont = Continuation("", (1, 2)).extended(Extension((5, 6), b"foo(1)\nbar", False))
