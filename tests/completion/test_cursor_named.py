@@ -23,7 +23,11 @@ def opened() -> Iterator[tuple[CompletionService, list[tuple[str, int | None]]]]
     try:
         svc.open_document(URI, "python", 1, TEXT)
         calls: list[tuple[str, int | None]] = []
-        svc._background.schedule_prewarm = lambda uri, offset=None: calls.append((uri, offset))  # type: ignore[method-assign]
+
+        def schedule(uri: str, offset: int | None = None, *, rested: bool = False) -> None:
+            calls.append((uri, offset))
+
+        svc._background.schedule_prewarm = schedule  # type: ignore[method-assign]
         yield svc, calls
     finally:
         svc.close()

@@ -7,6 +7,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+import pytest
+
 from structspec.completion.documents import Range, TextChange
 from structspec.completion.prewarm import (
     DEFAULT_PROMPT_RATE,
@@ -313,6 +315,43 @@ async def test_a_request_abandons_the_prewarm():
     suggestion = await request
     assert svc.stats.prewarmed == 0  # abandoned after at most one chunk
     assert suggestion is None or suggestion.text
+    svc.close()
+    assert svc.join()
+
+
+def _starts_in(svc: CompletionService) -> float:
+    """Seconds until the pre-warm scheduled last starts (the loop's timer)."""
+    timer = svc._background._timer
+    assert timer is not None, "no pre-warm scheduled"
+    return timer.when() - asyncio.get_running_loop().time()
+
+
+async def test_an_opened_document_is_warmed_at_once_and_an_edit_after_a_pause():
+    """Nobody types in a document in the instant it opens; an edit means typing goes on."""
+    svc = make_service(RecordingStandIn(n_ctx=4096, eos_bias=-3.0))
+    svc.open_document("file:///p/a.py", "python", 1, PY)
+    assert _starts_in(svc) < PREWARM_IDLE_S / 2
+    svc.change_document("file:///p/a.py", 2, [TextChange("x", Range(3, 0, 3, 0))])
+    assert _starts_in(svc) > PREWARM_IDLE_S / 2
+    svc.close()
+    assert svc.join()
+
+
+@pytest.mark.parametrize("tell", ["cursor_moved", "cursor_named"])
+async def test_a_rested_cursor_is_warmed_at_once_unless_the_user_just_typed(tell: str):
+    """The editor's report (or highlight request) comes after its own pause: no second one.
+
+    Right after an edit the user is typing: its requests would abandon the
+    work, so the place waits for the pause as an edit's does.
+    """
+    svc = make_service(RecordingStandIn(n_ctx=4096, eos_bias=-3.0))
+    svc.open_document("file:///p/a.py", "python", 1, PY)
+    svc.change_document("file:///p/a.py", 2, [TextChange("x", Range(3, 0, 3, 0))])
+    getattr(svc, tell)("file:///p/a.py", 50, 0)
+    assert _starts_in(svc) > PREWARM_IDLE_S / 2
+    await asyncio.sleep(PREWARM_IDLE_S)  # the user stopped typing
+    getattr(svc, tell)("file:///p/a.py", 80, 0)
+    assert _starts_in(svc) < PREWARM_IDLE_S / 2
     svc.close()
     assert svc.join()
 

@@ -616,8 +616,8 @@ def run_infill_benchmark(
     out(
         f"infill: {parts['humaneval']} HumanEval lines + {parts['files']} real-file lines, "
         f"asked at the line start and after 1..{TYPED} typed characters; {threads} thread(s); "
-        f"arriving in turn {', '.join(arrivals)} (pre-warmed: {idle_s:.0f} s idle at the "
-        f"reported cursor; plain: {idle_s:.0f} s idle, no cursor report; highlight: plain, "
+        f"arriving in turn {', '.join(arrivals)} (pre-warmed: {idle_s:g} s idle at the "
+        f"reported cursor; plain: {idle_s:g} s idle, no cursor report; highlight: plain, "
         f"highlights asked at the cursor after {HIGHLIGHT_DELAY_S} s; restart: plain, then "
         f"the server restarted with the prefix cache on); real files: up to {before_chars} "
         f"characters before the line"

@@ -78,6 +78,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "also highlight: a client that asks for highlights where the cursor rests; "
         "one name: every line so)",
     )
+    p.add_argument(
+        "--idle-s",
+        type=float,
+        default=3.0,
+        help="infill: seconds the user rests at the line before asking, in the prewarmed, "
+        "plain, highlight and restart arrivals (default 3)",
+    )
     p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt (default 128)")
     add_sampling_arguments(p)  # temperature > 0: every mode samples, greedy is plain sampling
     p.add_argument("--repeat", type=int, default=1, help="runs per prompt and mode (default 1)")
@@ -400,6 +407,8 @@ def _run_infill(args: argparse.Namespace) -> int:
         raise UserError(f"--arrivals: {exc}") from None
     if args.before_chars < 1:
         raise UserError("--before-chars must be positive")
+    if not 0.0 <= args.idle_s <= 600.0:  # (also false for nan)
+        raise UserError("--idle-s must be between 0 and 600 seconds")
     settings = settings_from_args(args).settings
     return _run_printed(
         args,
@@ -412,6 +421,7 @@ def _run_infill(args: argparse.Namespace) -> int:
             limit=args.limit or 40,
             before_chars=args.before_chars,
             arrivals=arrivals,
+            idle_s=args.idle_s,
         ),
     )
 

@@ -5,19 +5,20 @@ abandoned by any request or edit (``abandon``): part-way through the decode it
 is in when the model can be interrupted (``model.extras``), else between two
 prefill chunks or two verification passes.
 
-- *pre-warm*: an opened document, one the user stopped editing for
-  ``PREWARM_IDLE_S``, the place the editor says the cursor moved to, or the
-  place of a request once it is answered (and its pre-generation done), is
-  prefilled into a KV slot (``prewarm``). At that place the prompt a request
-  would build comes first (a first window at a new place, ``prompt.choose_window``),
-  then the full window there, which the document's kept cut moves to once it
-  is cached (the window grows while the user reads). Then where the user is
-  likely to go without telling us (no ``structspec/didMoveCursor``: Helix,
-  Emacs, Sublime): a document that does not fit its window gets the full
-  windows of its other latest places (``jobs.Session.places``); then a
-  document is evaluated from its start to the end of what its window holds
-  from there (its end when it fits; for a longer one, when a KV slot is
-  spare for it), a prefix every cursor there shares;
+- *pre-warm*: an opened document and the place the editor says the cursor
+  rests at (at once), one the user stopped editing for ``PREWARM_IDLE_S``, or
+  the place of a request once it is answered (and its pre-generation done,
+  after the same pause), is prefilled into a KV slot (``prewarm``). At that
+  place the prompt a request would build comes first (a first window at a new
+  place, ``prompt.choose_window``), then the full window there, which the
+  document's kept cut moves to once it is cached (the window grows while the
+  user reads). Then where the user is likely to go without telling us (no
+  ``structspec/didMoveCursor``: Helix, Emacs, Sublime): a document that does
+  not fit its window gets the full windows of its other latest places
+  (``jobs.Session.places``); then a document is evaluated from its start to
+  the end of what its window holds from there (its end when it fits; for a
+  longer one, when a KV slot is spare for it), a prefix every cursor there
+  shares;
 - *pre-generation*: once a suggestion is shown, the model keeps writing past
   its end (``generate.continue_generation``), so that accepting it (whole, a
   line, a word) and going on is answered from what is written
@@ -89,14 +90,29 @@ class Background:
         self._make_job = make_job
         self._timer: asyncio.Handle | None = None
         self._job: Job | None = None
+        #: When an edit or an answered request last scheduled pre-warm (``time.monotonic``).
+        self._typed_at = float("-inf")
         #: The suggestion (id, anchor) a remote pre-generation last started for (one each).
         self._remote_tried: tuple[str, int] | None = None
         #: The pre-generation on the worker: its future, and what keeps its result (loop).
         self._pregeneration: tuple[concurrent.futures.Future[Any], Callable[[], None]] | None = None
 
     # -- the loop's side ------------------------------------------------------
-    def schedule_prewarm(self, uri: str, offset: int | None = None) -> None:
-        """Pre-warm ``uri`` at ``offset`` (``None``: as opened) once the user pauses."""
+    def schedule_prewarm(
+        self, uri: str, offset: int | None = None, *, rested: bool = False
+    ) -> None:
+        """Pre-warm ``uri`` at ``offset`` (``None``: as opened) once the user pauses.
+
+        ``rested``: the user is not typing there, so the work starts at once
+        instead of after ``PREWARM_IDLE_S``: the editor said the cursor rests
+        at ``offset`` (a cursor report or a highlight request, each sent after
+        the editor's own pause: 250 ms in the VS Code client, 0.5 s in Emacs),
+        or the document has just opened. Every moment waited there is
+        evaluation that the first suggestion pays for when the user types a
+        second after arriving. An edit or an answered request within the last
+        ``PREWARM_IDLE_S`` (typing goes on, and its requests abandon the work)
+        still waits for the pause.
+        """
         self._worker.bind_loop()
         loop = self._worker.loop
         if loop is None or loop.is_closed() or self._worker.closed:
@@ -105,7 +121,12 @@ class Background:
         if not settings.prefix_reuse or settings.backend:  # a remote engine: nothing to warm
             return  # (and a remote pre-generation goes on until a request stops it)
         self.abandon()
-        self._timer = loop.call_later(PREWARM_IDLE_S, self._start_prewarm, uri, offset)
+        now = time.monotonic()
+        at_once = rested and now - self._typed_at >= PREWARM_IDLE_S
+        if not rested:
+            self._typed_at = now
+        delay = 0.0 if at_once else PREWARM_IDLE_S
+        self._timer = loop.call_later(delay, self._start_prewarm, uri, offset)
 
     def resume(self, uri: str) -> None:
         """A request for ``uri`` ended: warm where the user is, unless other work is scheduled.

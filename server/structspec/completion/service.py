@@ -138,7 +138,7 @@ class CompletionService:
         self._touch(uri)
         self._draft_languages[uri] = draft_language(uri, language, text)
         doc = self.documents.open(uri, language, version, text)
-        self._background.schedule_prewarm(uri)
+        self._background.schedule_prewarm(uri, rested=True)
         return doc
 
     def change_document(self, uri: str, version: int, changes: Iterable[TextChange]) -> Document:
@@ -171,7 +171,7 @@ class CompletionService:
             session.job.cancel()
 
     def cursor_moved(self, uri: str, line: int, character: int) -> None:
-        """The editor's cursor is at ``line``/``character`` of ``uri``: pre-warm there when idle.
+        """The editor's cursor rests at ``line``/``character`` of ``uri``: pre-warm there.
 
         Ignored for a document that is not open and while the cursor sits at
         the suggestion on screen (pre-generation is working there).
@@ -203,7 +203,7 @@ class CompletionService:
         pending = session.pending if session is not None else None
         if pending is not None and pending.anchor <= offset <= pending.anchor + len(pending.text):
             return
-        self._background.schedule_prewarm(uri, offset)
+        self._background.schedule_prewarm(uri, offset, rested=True)
 
     def _touch(self, uri: str) -> None:
         self._recent[uri] = None
