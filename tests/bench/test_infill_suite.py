@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from structspec.bench.infill import (
     DEFAULT_ARRIVALS,
     TYPED,
@@ -91,6 +93,19 @@ def test_the_benchmark_command_refuses_an_unknown_arrival():
         timeout=120,
     )
     assert p.returncode != 0 and "--arrivals" in p.stderr and "teleport" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("idle", ["-1", "nan", "1e9"])
+def test_the_benchmark_command_refuses_a_rest_out_of_range(idle: str):
+    p = subprocess.run(
+        [sys.executable, "-m", "structspec", "benchmark", "--model", "standin"]
+        + ["--suite", "infill", f"--idle-s={idle}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode != 0 and "--idle-s must be between 0 and 600" in p.stderr
     assert "Traceback" not in p.stderr
 
 
