@@ -90,7 +90,7 @@ class Background:
         self._make_job = make_job
         self._timer: asyncio.Handle | None = None
         self._job: Job | None = None
-        #: When an edit or an answered request last scheduled pre-warm (``time.monotonic``).
+        #: When a pre-warm that was not ``rested`` was last scheduled (``time.monotonic``).
         self._typed_at = float("-inf")
         #: The suggestion (id, anchor) a remote pre-generation last started for (one each).
         self._remote_tried: tuple[str, int] | None = None
@@ -109,8 +109,9 @@ class Background:
         the editor's own pause: 250 ms in the VS Code client, 0.5 s in Emacs),
         or the document has just opened. Every moment waited there is
         evaluation that the first suggestion pays for when the user types a
-        second after arriving. An edit or an answered request within the last
-        ``PREWARM_IDLE_S`` (typing goes on, and its requests abandon the work)
+        second after arriving. Within ``PREWARM_IDLE_S`` of a pre-warm that
+        was not ``rested`` (an edit's, or one after a request and its
+        pre-generation: typing goes on, and its requests abandon the work) it
         still waits for the pause.
         """
         self._worker.bind_loop()
