@@ -75,6 +75,7 @@ class FileStandIn(StandInModel):
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.path = path
+        self.weights = path
         self.threads = 2
         self.head = "llama.cpp"
 

@@ -91,6 +91,7 @@ def open_model(
     announce: Announce = _stderr,
     slots: int = 1,
     prefix_cache: bool = False,
+    widen: bool = True,
 ) -> Model:
     """Open the model named by ``spec`` (see the module docstring).
 
@@ -100,6 +101,9 @@ def open_model(
     instead of evaluating them again (``model/prefix_cache.py``; off where
     ``STRUCTSPEC_CACHE_DIR`` is set but empty). Off for the benchmarks and the
     HTTP server, whose timings and outputs must not depend on earlier runs.
+    ``widen``: load a GGUF's Q5_0 matrices as Q8_0, the same weights evaluated
+    faster (``model/widen.py``; setting ``widen_weights``); off where only the
+    tokenizer is wanted.
     """
     model: StandInModel | LlamaModel
     if spec == "standin" or spec.startswith("standin:"):
@@ -112,7 +116,9 @@ def open_model(
         from structspec.model.paths import default_model_path
 
         path = spec or str(default_model_path(announce))
-        model = LlamaModel.load(path, n_ctx=context_size, threads=threads, slots=slots)
+        model = LlamaModel.load(
+            path, n_ctx=context_size, threads=threads, slots=slots, widen=widen, announce=announce
+        )
     if prefix_cache:
         model.prefix_cache = PrefixCache.in_cache_home(model.identity())
     return model
@@ -272,6 +278,7 @@ def _cost_cache_path(model: GGUFModel, threads: int, folder: str = "cost") -> Pa
             cpu,
             llama_cpp.__version__,
             model.head,
+            model.weights != model.path,  # widened (model/widen.py): other kernels
             # the kernel's instruction set (STRUCTSPEC_HEAD_ISA can force another)
             # and the passes it leaves to llama.cpp's head
             [chosen_isa(), sorted(MIN_ROWS.items())] if model.head == "structspec" else None,
@@ -417,6 +424,7 @@ def load_engine(
             context_size=settings.context_size,
             threads=settings.threads,
             announce=announce,
+            widen=settings.widen_weights,
         )
     cost = cost_model_for(model, announce)
     return assemble_engine(

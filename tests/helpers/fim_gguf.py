@@ -64,7 +64,13 @@ class TinyVocab:
 
 
 def write_tiny_fim_gguf(
-    path: Path, family: str, *, seed: int = 0, head: str = "f32", softcap: float = 0.0
+    path: Path,
+    family: str,
+    *,
+    seed: int = 0,
+    head: str = "f32",
+    softcap: float = 0.0,
+    layers: str = "f32",
 ) -> TinyVocab:
     """A loadable llama GGUF with ``family``'s FIM vocabulary at ``path``.
 
@@ -73,6 +79,8 @@ def write_tiny_fim_gguf(
     as the head, as in Gemma), or ``"q6_k"`` (then the embedding is 256 wide,
     one Q6_K super-block). ``softcap``: a ``final_logit_softcapping`` value
     to record (the llama graph ignores it; structspec's head must not).
+    ``layers``: how the layers' matrices are stored, ``"f32"`` or ``"q5_0"``
+    (the type ``model/widen.py`` widens).
     """
     specials = FAMILIES[family]
     w = gguf.GGUFWriter(str(path), "llama")
@@ -146,6 +154,13 @@ def write_tiny_fim_gguf(
         q8 = gguf.GGMLQuantizationType.Q8_0
         w.add_tensor(name, gguf.quants.quantize(array, q8), raw_dtype=q8)
 
+    def matrix(name: str, array: np.ndarray) -> None:
+        if layers == "q5_0":
+            q5 = gguf.GGMLQuantizationType.Q5_0
+            w.add_tensor(name, gguf.quants.quantize(array * 20, q5), raw_dtype=q5)
+        else:
+            w.add_tensor(name, array)
+
     # The output matrix is scaled up so the logits spread over several units:
     # a kernel that reads the wrong row or scale cannot hide in the rounding.
     embedding = weight(n_vocab, n_embd)
@@ -164,11 +179,11 @@ def write_tiny_fim_gguf(
     for i in range(n_layer):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            w.add_tensor(f"blk.{i}.{name}.weight", weight(n_embd, n_embd))
+            matrix(f"blk.{i}.{name}.weight", weight(n_embd, n_embd))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        w.add_tensor(f"blk.{i}.ffn_gate.weight", weight(n_ff, n_embd))
-        w.add_tensor(f"blk.{i}.ffn_up.weight", weight(n_ff, n_embd))
-        w.add_tensor(f"blk.{i}.ffn_down.weight", weight(n_embd, n_ff))
+        matrix(f"blk.{i}.ffn_gate.weight", weight(n_ff, n_embd))
+        matrix(f"blk.{i}.ffn_up.weight", weight(n_ff, n_embd))
+        matrix(f"blk.{i}.ffn_down.weight", weight(n_embd, n_ff))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

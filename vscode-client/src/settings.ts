@@ -40,6 +40,8 @@ export const SERVER_SETTINGS: readonly ServerSettingSpec[] = [
   { key: 'threads', kind: 'integer', min: 1, max: 256, restart: true, flag: '--threads' },
   // structspec-lsp has no --context-size flag: it goes in initializationOptions.
   { key: 'contextSize', kind: 'integer', min: 256, max: 131072, restart: true },
+  // The server reloads the model itself when this changes.
+  { key: 'widenWeights', kind: 'boolean', restart: false },
   { key: 'windowTokens', kind: 'integer', min: 0, max: 131072, restart: false },
   { key: 'maxTokens', kind: 'integer', min: 1, max: 8192, restart: false },
   { key: 'maxLatencyMs', kind: 'integer', min: 10, max: 600000, restart: false },

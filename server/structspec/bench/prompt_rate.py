@@ -11,7 +11,10 @@ start of standard-library modules) three ways, interleaved per prompt:
   ``structspec serve`` evaluate a prompt;
 - ``pre-warm chunks``: the language server's road (``prefill_in_chunks`` in
   ``PREFILL_CHUNK``-token chunks, each one a point where a keystroke can
-  abandon the work).
+  abandon the work);
+- ``prefill, unwidened``: where the file has Q5_0 matrices, which structspec
+  loads widened to Q8_0 as the language server does (``model/widen.py``; the
+  two roads above), ``prefill`` of the file as it is: what the widening gives.
 
 Each from an empty cache, in two conditions: *alone* (``REST_S`` of rest
 first) and *after a neighbour* (two busy processes for ``NEIGHBOUR_S``, ended
@@ -79,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     import llama_cpp
 
     path = str(args.model or default_model_path())
-    ours = LlamaModel.load(path, n_ctx=2048, threads=args.threads)
+    ours = LlamaModel.load(path, n_ctx=2048, threads=args.threads, widen=True, announce=print)
+    unwidened = None
+    if ours.weights != ours.path:
+        unwidened = LlamaModel.load(path, n_ctx=2048, threads=args.threads)
     with plain_buffers_for_llama():
         theirs = llama_cpp.Llama(
             model_path=path,
@@ -107,6 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         "prefill": prefill,
         "pre-warm chunks": prewarm_chunks,
     }
+    if unwidened is not None:
+        model = unwidened
+
+        def prefill_unwidened(tokens: list[int]) -> None:
+            model.truncate(0)
+            model.prefill(tokens)
+
+        roads["prefill, unwidened"] = prefill_unwidened
     conditions: dict[str, Callable[[], None]] = {
         "alone": lambda: time.sleep(REST_S),
         "after a neighbour": lambda: neighbour(NEIGHBOUR_S, args.threads),
@@ -141,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{median:.0f} ({min(values):.0f}-{max(values):.0f}){ratio}")
         print(f"| {condition} | " + " | ".join(cells) + " |")
     print(f"(pre-warm chunks: {PREFILL_CHUNK} tokens)")
+    if unwidened is not None:
+        print(f"(prefill and pre-warm chunks: Q5_0 widened to Q8_0, {ours.weights.name})")
+        unwidened.close()
     ours.close()
     return 0
 

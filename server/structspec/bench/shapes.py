@@ -16,7 +16,8 @@ real architecture, hyper-parameters, vocabulary size and quantization mix and
    ``token_embd.weight`` where the model ties them);
 2. measures each shape and the default model in a child process of its own
    (``measure_model``: a clean peak RSS, and one shape that crashes llama.cpp
-   does not take the others with it): load time, peak RSS, prompt tokens/s,
+   does not take the others with it), loaded as the language server loads it
+   (Q5_0 matrices widened to Q8_0, ``model/widen.py``): load time, peak RSS, prompt tokens/s,
    decode tokens/s (one row per pass), the verification cost table (1-16
    rows) with the head structspec uses and, where that is its own kernel,
    with llama.cpp's head beside; and each head's own cost (``measure_head_ms``):
@@ -215,11 +216,13 @@ def measure_model(
     """
     from structspec.model.llama import LlamaModel
     from structspec.model.paths import default_model_path
+    from structspec.model.widen import widened_weights
     from structspec.runtime import measure_verify_cost
 
     file = Path(path) if path else default_model_path()
+    widened_weights(file)  # as the language server loads it; written before the load is timed
     t0 = time.perf_counter()
-    model = LlamaModel.load(file, n_ctx=4096, threads=threads)
+    model = LlamaModel.load(file, n_ctx=4096, threads=threads, widen=True)
     load_s = time.perf_counter() - t0
     tokens = model.tokenize(_TEXT * 64)[:prompt_tokens]
     model.prefill(tokens[:16])  # warm-up: the first decode pages the weights in
@@ -252,6 +255,7 @@ def measure_model(
         "prompt_tps": len(tokens) / prompt_s,
         "decode_tokens": decode_tokens,
         "decode_tps": decode_tokens / decode_s,
+        "widened": model.weights != model.path,  # Q5_0 loaded as Q8_0 (model/widen.py)
         "head": model.head,
         "head_type": model.head_type,
         "head_reason": model.head_reason,
@@ -316,7 +320,7 @@ def predicted_speedups(
     if not recordings:
         return {}
     settings = Settings()
-    vocab = open_model("", context_size=256, threads=1)
+    vocab = open_model("", context_size=256, threads=1, widen=False)
     loaded = [(p, Recording.load(p)) for p in recordings]
     out: dict[str, dict[str, float]] = {}
     for name, ms in tables.items():
@@ -394,6 +398,15 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"{r['window_tokens']} | {first_cell} | {speed} |"
         )
     measured = {n: r for n, r in report["shapes"].items() if "error" not in r}
+    widened = [n for n, r in measured.items() if r.get("widened")]
+    if widened:
+        lines += [
+            "",
+            "Loaded as the language server loads them (setting `widen_weights`): the Q5_0 "
+            f"matrices of {', '.join(widened)} widened to Q8_0, the same weights "
+            "(`model/widen.py`, `docs/MEASUREMENTS.md` §16); the copy is written before the "
+            "load is timed.",
+        ]
     if measured:
         columns = [(n, h) for n, r in measured.items() for h in r["verify_ms"]]
         lines += [

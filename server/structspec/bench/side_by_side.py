@@ -84,7 +84,12 @@ def run_side_by_side(settings: Settings, prompts: Sequence[Prompt], plan: RunOpt
     """Open the model, build every mode and run the prompts (``UserError``: a mode cannot run)."""
     from structspec.runtime import cost_model_for, load_engine, open_model, thread_costs_for
 
-    model = open_model(settings.model, context_size=settings.context_size, threads=settings.threads)
+    model = open_model(
+        settings.model,
+        context_size=settings.context_size,
+        threads=settings.threads,
+        widen=settings.widen_weights,
+    )
     if plan.recalibrate:  # measured again into the cache, where every engine below reads it
         thread_costs_for(model, cost_model_for(model, refresh=True), refresh=True)
     engine = load_engine(settings, model=model)

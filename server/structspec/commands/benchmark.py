@@ -534,7 +534,12 @@ def _run_record(args: argparse.Namespace, settings: Any, prompts: list) -> int:
     from structspec.bench.recording import record
     from structspec.runtime import cost_model_for, open_model
 
-    model = open_model(settings.model, context_size=settings.context_size, threads=settings.threads)
+    model = open_model(
+        settings.model,
+        context_size=settings.context_size,
+        threads=settings.threads,
+        widen=settings.widen_weights,
+    )
     cost = cost_model_for(model)
     rec = record(
         model,
@@ -563,7 +568,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     except ReplayError as exc:
         raise UserError(str(exc)) from None
     settings = settings_from_args(args).settings
-    vocab = open_model(settings.model, context_size=256, threads=1)  # its tokenizer only
+    vocab = open_model(settings.model, context_size=256, threads=1, widen=False)  # tokenizer only
     for path, recording in recordings:
         if vocab.name != recording.model:
             raise UserError(f"{path}: the recording is of {recording.model}, not {vocab.name}")

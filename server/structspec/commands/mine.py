@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from structspec.runtime import open_model
 
-    tok = open_model(args.model or "", context_size=512, threads=1)
+    tok = open_model(args.model or "", context_size=512, threads=1, widen=False)
     t0 = time.perf_counter()
     ruleset = mine_paths(
         args.paths, tok, opts, exts=args.ext, exclude=args.exclude, progress=_progress_printer()

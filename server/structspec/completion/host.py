@@ -4,7 +4,7 @@ The completion service's one worker thread owns an ``EngineHost``: every
 method here runs on that thread (the model is not thread-safe, and loading or
 calibrating it blocks). What it keeps and when it rebuilds it:
 
-- the model, keyed on ``model_key`` (file, threads, context size, KV slots):
+- the model, keyed on ``model_key`` (file, threads, context size, KV slots, widened weights):
   opened again only when one of those changes; a file that failed to load is
   not retried until its key changes;
 - the engine (draft sources, planner), keyed on ``engine_key`` (the enabled
@@ -65,7 +65,7 @@ RateMeter = Callable[[Model, Announce], Rates | None]
 #: ``(name, warnings, rates)``: a model or backend is ready.
 Loaded = Callable[[str, list[str], Rates | None], None]
 
-ModelKey = tuple[str, int, int, int, RemoteKey]
+ModelKey = tuple[str, int, int, int, bool, RemoteKey]
 EngineKey = tuple[tuple[str, ...], str]
 
 
@@ -73,7 +73,14 @@ def model_key(settings: Settings) -> ModelKey:
     """Every setting that changes the loaded model (a remote one included)."""
     # Without prefix reuse (a benchmark baseline) one slot, emptied before each request.
     slots = KV_SLOTS if settings.prefix_reuse else 1
-    return (settings.model, settings.threads, settings.context_size, slots, remote_key(settings))
+    return (
+        settings.model,
+        settings.threads,
+        settings.context_size,
+        slots,
+        settings.widen_weights,
+        remote_key(settings),
+    )
 
 
 def engine_key(settings: Settings) -> EngineKey:
@@ -241,6 +248,7 @@ class EngineHost:
                 threads=settings.threads,
                 announce=self._announce,
                 slots=key[3],
+                widen=settings.widen_weights,
             )
         except Exception as exc:  # ModelError, or an OS error reading the file
             what = settings.model or "the default model"

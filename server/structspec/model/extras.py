@@ -45,6 +45,8 @@ class GGUFModel(Model, Protocol):
     """A ``Model`` backed by a GGUF file and a native context."""
 
     path: Path
+    #: The file llama.cpp loaded: ``path`` or its widened copy (``model/widen.py``).
+    weights: Path
     threads: int
     #: The code computing a verification pass's output head (``"structspec"``,
     #: ``"llama.cpp"``): a cost table measured with one does not hold for the other.

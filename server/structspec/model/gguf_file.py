@@ -3,8 +3,9 @@
 The one GGUF reader of the package. ``check_gguf_file`` (``model/paths.py``)
 reads the magic of every model path before llama.cpp sees it (``run``, the
 servers, ``mine``); ``read_header`` gives structspec's output head
-(``model/head.py``) the storage of the output matrix and ``structspec detect``
-the metadata it reports.
+(``model/head.py``) the storage of the output matrix, the widened copy
+(``model/widen.py``) the tensor table and where it starts, and ``structspec
+detect`` the metadata it reports.
 
 A GGUF can come from anywhere (a setting, a file found on disk), so every read
 is bounded: only a regular file is opened, non-blocking (a FIFO would hang the
@@ -70,7 +71,10 @@ class GGUFHeader:
     numbers: dict[str, int | float] = field(default_factory=dict)  # a bool is stored as one too
     arrays: dict[str, GGUFArray] = field(default_factory=dict)
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    table_start: int = 0  # where the tensor table starts (the metadata ends)
     data_start: int = 0  # where the data section starts, aligned as the file says
+    alignment: int = 32  # of the data section and of every tensor's offset
+    little_endian: bool = True
 
 
 def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
@@ -168,7 +172,7 @@ class _Reader:
         if version not in VERSIONS:
             raise GGUFError(f"GGUF version {version} is not supported (2 or 3): {self.path}")
         n_tensors, n_kv = self.unpack("QQ")
-        head = GGUFHeader(version=version)
+        head = GGUFHeader(version=version, little_endian=self.order == "<")
         for _ in range(self.count("metadata entries", n_kv, 8 + 4)):
             key = self.string()
             (kind,) = self.unpack("I")
@@ -180,6 +184,7 @@ class _Reader:
                 head.strings[key] = value
             else:
                 head.numbers[key] = value
+        head.table_start = self.fh.tell()
         for _ in range(self.count("tensors", n_tensors, 8 + 4 + 4 + 8)):
             name = self.string()
             (n_dims,) = self.unpack("I")
@@ -189,8 +194,8 @@ class _Reader:
             kind, offset = self.unpack("IQ")
             head.tensors[name] = TensorInfo(kind, shape, offset)
         align = head.numbers.get("general.alignment", 32)
-        align = align if isinstance(align, int) and align > 0 else 32
-        head.data_start = -(-self.fh.tell() // align) * align
+        head.alignment = align if isinstance(align, int) and align > 0 else 32
+        head.data_start = -(-self.fh.tell() // head.alignment) * head.alignment
         return head
 
     def value(self, kind: int) -> str | int | float:

@@ -20,6 +20,11 @@ holds past the cursor) continues in a copy of it instead (``_fork``): the slot
 keeps its tail for the next cursor there, and copying a sequence costs a
 memory copy of its KV buffer where evaluating the tail again costs seconds.
 
+Widened weights: ``load(..., widen=True)`` loads a copy of the file whose
+Q5_0 matrices are stored as Q8_0, the same weights evaluated faster
+(``model/widen.py``); ``path`` stays the user's file (names, caches' keys) and
+``weights`` is the file llama.cpp loaded.
+
 AMX: where llama.cpp would multiply with Intel AMX, whose matrix multiply
 crashes, the weights are loaded as plain CPU tensors (``model/amx.py``). The
 file is checked before llama.cpp sees it (``model/paths.py``).
@@ -52,7 +57,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +83,7 @@ from structspec.model.head import (
 from structspec.model.paths import check_gguf_file
 from structspec.model.prefix_cache import RESTORE_MIN, PrefixCache
 from structspec.model.threads import CallingThread, IdleMeter, ThreadGovernor
+from structspec.model.widen import forget, widened_weights
 
 #: Prompt tokens of a slot past where a new prompt leaves it that are kept by
 #: continuing in a copy of the slot (``LlamaModel._fork``): on 2 cores the
@@ -254,12 +260,15 @@ class LlamaModel:
         threads: int,
         slots: int,
         hidden: HiddenStates | None = None,
+        weights: Path | None = None,
     ) -> None:
         import llama_cpp
 
         self._llama = llama_cpp
         self.path = path
         self.name = path.name
+        #: The file llama.cpp loaded: ``path``, or its widened copy (``model/widen.py``).
+        self.weights = path if weights is None else weights
         self._model = model_ptr
         self._ctx = ctx_ptr
         self._vocab = llama_cpp.llama_model_get_vocab(model_ptr)
@@ -307,8 +316,15 @@ class LlamaModel:
         threads: int = 2,
         slots: int = 1,
         n_batch: int = 512,
+        widen: bool = False,
+        announce: Callable[[str], None] | None = None,
     ) -> LlamaModel:
-        """Load a GGUF. ``n_ctx`` is per slot. Raises ``ModelError`` with one line."""
+        """Load a GGUF. ``n_ctx`` is per slot. Raises ``ModelError`` with one line.
+
+        ``widen``: load the file's widened copy (``model/widen.py``), written on
+        first use (``announce`` says so); a copy llama.cpp cannot load is
+        forgotten (``widen.forget``) and the file loaded as it is.
+        """
         p = check_gguf_file(path)
         try:
             import llama_cpp
@@ -318,7 +334,13 @@ class LlamaModel:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 0
         without_amx_buffers(mparams)  # AMX's matrix multiply crashes (module docstring)
-        model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
+        weights = widened_weights(p, announce=announce) if widen else p
+        model = llama_cpp.llama_model_load_from_file(str(weights).encode(), mparams)
+        if not model and weights != p:
+            if weights.exists():  # refused, not removed meanwhile by another process's pruning
+                forget(weights)
+            weights = p
+            model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
         if not model:
             raise ModelError(
                 f"llama.cpp could not load the model file {p} (corrupt or unsupported)"
@@ -339,7 +361,7 @@ class LlamaModel:
         cparams.no_perf = True
         # the eval callback only where structspec's head applies: it is asked
         # about every node of every decode
-        head, reason = _native_head(p, model)
+        head, reason = _native_head(weights, model)
         hidden = HiddenStates.create() if head is not None else None
         if head is not None and hidden is None:
             reason = "llama.cpp's eval callback cannot hand the hidden states to the kernel"
@@ -359,6 +381,7 @@ class LlamaModel:
             threads=threads,
             slots=slots,
             hidden=hidden,
+            weights=weights,
         )
         loaded.head_reason = reason
         if head is not None and hidden is not None:
@@ -406,7 +429,7 @@ class LlamaModel:
         Read on first use (for the reports): reading a GGUF's header takes
         0.5-0.8 s on a large vocabulary, too much to add to every load.
         """
-        return head_type(self.path)
+        return head_type(self.weights)
 
     def close(self) -> None:
         if self._closed:
@@ -682,6 +705,7 @@ class LlamaModel:
                 str(self.path.resolve()),
                 st.st_size,
                 st.st_mtime_ns,
+                self.weights != self.path,  # widened: the same weights, other kernels
                 self.n_ctx,
                 self._llama.__version__,
             ]
