@@ -100,9 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         theirs.reset()
         theirs.eval(tokens)
 
-    def prefill(tokens: list[int]) -> None:
-        ours.truncate(0)
-        ours.prefill(tokens)
+    def prefill_on(model: LlamaModel) -> Callable[[list[int]], None]:
+        def prefill(tokens: list[int]) -> None:
+            model.truncate(0)
+            model.prefill(tokens)
+
+        return prefill
 
     def prewarm_chunks(tokens: list[int]) -> None:
         ours.truncate(0)
@@ -110,17 +113,11 @@ def main(argv: list[str] | None = None) -> int:
 
     roads: dict[str, Callable[[list[int]], None]] = {
         "Llama.eval": llama_eval,
-        "prefill": prefill,
+        "prefill": prefill_on(ours),
         "pre-warm chunks": prewarm_chunks,
     }
     if unwidened is not None:
-        model = unwidened
-
-        def prefill_unwidened(tokens: list[int]) -> None:
-            model.truncate(0)
-            model.prefill(tokens)
-
-        roads["prefill, unwidened"] = prefill_unwidened
+        roads["prefill, unwidened"] = prefill_on(unwidened)
     conditions: dict[str, Callable[[], None]] = {
         "alone": lambda: time.sleep(REST_S),
         "after a neighbour": lambda: neighbour(NEIGHBOUR_S, args.threads),

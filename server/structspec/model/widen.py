@@ -50,7 +50,7 @@ from typing import BinaryIO
 import numpy as np
 
 from structspec.files import FileLimitError, kept_cache_folder, read_bounded_text
-from structspec.model.gguf_file import GGUFError, GGUFHeader, TensorInfo, read_header
+from structspec.model.gguf_file import GGUFError, GGUFHeader, read_header
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,6 @@ class _Piece:
     """One tensor of the copy: where its data is read and written, and whether it widens."""
 
     name: str
-    info: TensorInfo
     read_at: int  # absolute, in the source
     read_bytes: int  # what is read: the Q5_0 blocks, or the whole span as it is
     write_bytes: int
@@ -214,7 +213,7 @@ def _plan(source: Path, header: GGUFHeader, size: int) -> list[_Piece] | None:
         else:
             read = write = span
         at = header.data_start + info.offset
-        pieces.append(_Piece(name, info, at, read, write, widen))
+        pieces.append(_Piece(name, at, read, write, widen))
     return pieces
 
 
