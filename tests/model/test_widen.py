@@ -100,7 +100,11 @@ def test_the_widened_copy_gives_the_same_logits(tmp_path, monkeypatch):
         assert float(np.abs(expected).max()) > 0.1  # logits that a wrong weight would move
         scale = max(1.0, float(np.abs(expected).max()))
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4 * scale)
-        np.testing.assert_array_equal(got.argmax(axis=1), expected.argmax(axis=1))
+        # the same choice wherever the top two are farther apart than the kernels' noise
+        top2 = np.sort(expected, axis=1)[:, -2:]
+        clear = top2[:, 1] - top2[:, 0] > 2e-4 * scale
+        assert clear.any()
+        np.testing.assert_array_equal(got.argmax(axis=1)[clear], expected.argmax(axis=1)[clear])
     finally:
         plain.close()
         wide.close()
