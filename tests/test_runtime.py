@@ -158,6 +158,21 @@ def test_a_refresh_measures_again(gguf_stand_in, monkeypatch):
     assert len(made) == RATES_SAMPLES + 1
 
 
+def test_a_model_file_rewritten_or_moved_is_measured_anew(gguf_stand_in, tmp_path, monkeypatch):
+    made = counted_measurements(monkeypatch)
+    for _ in range(RATES_SAMPLES + 1):
+        runtime.model_rates(gguf_stand_in, announce=None)
+    assert len(made) == RATES_SAMPLES  # read back since
+    gguf_stand_in.path.write_bytes(b"GGUF, another model")
+    runtime.model_rates(gguf_stand_in, announce=None)
+    assert len(made) == RATES_SAMPLES + 1
+    moved = tmp_path / "moved.gguf"
+    gguf_stand_in.path.rename(moved)
+    gguf_stand_in.path = gguf_stand_in.weights = moved
+    runtime.model_rates(gguf_stand_in, announce=None)
+    assert len(made) == RATES_SAMPLES + 2
+
+
 def test_measurements_of_model_files_gone_are_dropped(gguf_stand_in, tmp_path, monkeypatch):
     counted_measurements(monkeypatch)
     folder = Path(os.environ["STRUCTSPEC_CACHE_DIR"]) / "rates"

@@ -7,7 +7,7 @@ at most ``limit`` bytes, and never blocks; whatever else it meets is a
 ``FileLimitError`` whose message is one line for the user.
 
 structspec's own cache folder (cost tables, saved prompt prefixes, built model
-shapes) is ``$STRUCTSPEC_CACHE_DIR``, else the platform's user cache folder
+shapes, widened weights) is ``$STRUCTSPEC_CACHE_DIR``, else the platform's user cache folder
 (``cache_home``).
 """
 
@@ -117,6 +117,16 @@ def default_cache_home() -> Path:
         return Path(base) / "structspec" / "Cache"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "structspec"
+
+
+def file_stamp(path: Path) -> list[object]:
+    """One version of the file at ``path``, for a cache key: where it is, its size, its mtime.
+
+    A file replaced, rewritten or moved gets another stamp, so what was cached
+    for it is never taken for the new one. Raises ``OSError`` when it is gone.
+    """
+    st = path.stat()
+    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
 
 
 def kept_cache_folder(name: str) -> Path:

@@ -44,7 +44,7 @@ from structspec.engine.control import (
     measure_cost,
 )
 from structspec.engine.decode import Engine
-from structspec.files import kept_cache_folder
+from structspec.files import file_stamp, kept_cache_folder
 from structspec.model.base import Model, ModelError
 from structspec.model.extras import GGUFModel, gguf_extras, threaded
 from structspec.model.head import MIN_ROWS, chosen_isa
@@ -264,18 +264,14 @@ def _keep_measurement(path: Path, entry: dict[str, object]) -> None:
 
 def _cost_cache_path(model: GGUFModel, threads: int, folder: str = "cost") -> Path:
     """The cache file of a measurement of ``model`` on ``threads`` threads on this machine."""
-    st = model.path.stat()
-    cpu = cpu_name()
     import llama_cpp
 
     key = json.dumps(
         [
-            model.path.name,
-            st.st_size,
-            int(st.st_mtime),
+            *file_stamp(model.path),
             threads,
             os.cpu_count(),
-            cpu,
+            cpu_name(),
             llama_cpp.__version__,
             model.head,
             model.weights != model.path,  # widened (model/widen.py): other kernels

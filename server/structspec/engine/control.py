@@ -113,9 +113,9 @@ def measure_cost(
     """Time ``run_rows(n)`` (one verification pass of ``n`` rows) for ``n = 1..rows``.
 
     Sizes are interleaved across repetitions so that drift of a shared machine
-    hits every size alike; the median of each size is kept, then the table is
-    made monotone where a larger pass measured cheaper than a smaller one only
-    by noise (a real dip, like multiples of 4 on CPU, is several ms and stays).
+    hits every size alike; the median of each size is kept as it is. A larger
+    pass that measured cheaper than a smaller one (row counts that are
+    multiples of 4 on CPU) is what ``CostModel.padded_rows`` pads drafts to.
     """
     samples: dict[int, list[float]] = {n: [] for n in range(1, rows + 1)}
     run_rows(1)  # warm-up

@@ -63,6 +63,7 @@ from typing import Any
 
 import numpy as np
 
+from structspec.files import file_stamp
 from structspec.model.amx import without_amx_buffers
 from structspec.model.base import (
     FimTokens,
@@ -699,12 +700,9 @@ class LlamaModel:
     # -- the prefix cache's state ------------------------------------------
     def identity(self) -> str:
         """What a saved KV state must match: the model file, the context and llama.cpp."""
-        st = self.path.stat()
         return json.dumps(
             [
-                str(self.path.resolve()),
-                st.st_size,
-                st.st_mtime_ns,
+                *file_stamp(self.path),
                 self.weights != self.path,  # widened: the same weights, other kernels
                 self.n_ctx,
                 self._llama.__version__,

@@ -49,7 +49,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from structspec.files import FileLimitError, kept_cache_folder, read_bounded_text
+from structspec.files import FileLimitError, file_stamp, kept_cache_folder, read_bounded_text
 from structspec.model.gguf_file import GGUFError, GGUFHeader, read_header
 
 log = logging.getLogger(__name__)
@@ -128,12 +128,13 @@ def forget(copy: Path) -> None:
     """llama.cpp could not load ``copy``: remove it, and record that its model loads as it is."""
     record = copy.with_suffix(".json")
     entry = _read_record(record)
-    try:
-        if entry is None:
-            raise OSError("no record")
+    kept = False
+    if entry is not None:
         entry.update(copy=None, reason="llama.cpp could not load the widened copy")
-        _write_json(record, entry)
-    except OSError:
+        with contextlib.suppress(OSError):
+            _write_json(record, entry)
+            kept = True
+    if not kept:  # a record that cannot say so would name a copy that is gone
         with contextlib.suppress(OSError):
             record.unlink()
     with contextlib.suppress(OSError):
@@ -155,8 +156,7 @@ class _Piece:
 
 
 def _key(source: Path) -> str:
-    st = source.stat()
-    text = json.dumps([str(source.resolve()), st.st_size, st.st_mtime_ns, VERSION])
+    text = json.dumps([*file_stamp(source), VERSION])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
