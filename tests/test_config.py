@@ -56,6 +56,17 @@ def test_backend_settings_have_one_name_per_surface(tmp_path: Path) -> None:
     assert loaded.settings.fim_template == "{prefix}|{suffix}"
 
 
+def test_a_backend_key_no_header_can_carry_is_refused_and_never_shown() -> None:
+    base = Settings(backend_api_key="old-secret")
+    for bad in ("caf\u00e9", "two words", "tab\tkey"):
+        settings, changed, errors = apply(base, {"backendApiKey": bad}, camel_case=True)
+        assert settings == base and changed == []
+        assert len(errors) == 1 and "printable ASCII" in errors[0]
+        assert "old-secret" not in errors[0] and bad not in errors[0]
+    assert apply(base, {"backend_api_key": "sk-new_1"})[0].backend_api_key == "sk-new_1"
+    assert apply(base, {"backend_api_key": ""})[0].backend_api_key == ""  # none
+
+
 def test_a_bad_backend_url_or_fim_template_is_reported_and_not_applied() -> None:
     base = Settings(backend="http://good:8080")
     settings, changed, errors = apply(

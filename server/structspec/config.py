@@ -34,7 +34,7 @@ from typing import Any
 
 # The draft sources' names come from their table (plain data, on this layer); the
 # backend URL and FIM template checks from the remote engines' client (same layer).
-from structspec.backends.address import check_backend
+from structspec.backends.address import check_api_key, check_backend
 from structspec.backends.fim import parse_template
 from structspec.files import MIB, read_bounded_text
 from structspec.sources import SOURCE_NAMES as SOURCE_NAMES
@@ -97,9 +97,16 @@ _BOUNDS: dict[str, tuple[int, int]] = {
 }
 
 
+def _check_backend_key(key: str) -> None:
+    why = check_api_key(key)
+    if why is not None:
+        raise ValueError(f"backendApiKey {why}")
+
+
 #: String settings with a shape to check (they raise ``ValueError`` with the message).
 _CHECKS: dict[str, Callable[[str], object]] = {
     "backend": check_backend,
+    "backend_api_key": _check_backend_key,
     "fim_template": parse_template,
 }
 
@@ -213,8 +220,15 @@ def apply(
                 updates[name] = exc.known
             errors.append(f"{exc}; keeping {updates.get(name, getattr(base, name))!r}")
         except ValueError as exc:
-            errors.append(f"{exc}; keeping {getattr(base, name)!r}")
+            errors.append(f"{exc}; keeping {_shown(base, name)}")
     return dataclasses.replace(base, **updates), sorted(updates), errors
+
+
+def _shown(settings: Settings, name: str) -> str:
+    """A setting's value for a message: a secret one (``repr=False``, a key) is never shown."""
+    if name in {f.name for f in fields(Settings) if not f.repr}:
+        return "the value set before"
+    return repr(getattr(settings, name))
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:

@@ -10,6 +10,7 @@ from tests.helpers.http_server import ServerThread, standin_engine
 
 from structspec.engine.decode import GenerationOptions
 from structspec.http.chat import render_plain
+from structspec.http.openai_api import MAX_STOP_STRINGS
 
 PROMPTS = [f"def f{i}(a, b):\n    return a + b * {i}\n\ndef g{i}(x):\n" for i in range(16)]
 
@@ -74,6 +75,24 @@ def test_stop_string(standin_server: ServerThread) -> None:
         model="standin", prompt=PROMPTS[2], max_tokens=60, stop=stop, stream=True
     )
     assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == expected
+
+
+def test_a_chat_takes_as_many_stop_strings_as_a_completion(standin_server: ServerThread) -> None:
+    # The plain transcript adds a stop string of its own (its next "User:" turn):
+    # the most a client may send still fits the engine's limit with it.
+    stops = [f"never{i}" for i in range(MAX_STOP_STRINGS)]
+    messages = [{"role": "user", "content": "fib"}]
+    c = client(standin_server)
+    r = c.chat.completions.create(model="standin", messages=messages, max_tokens=30, stop=stops)  # type: ignore[arg-type]
+    prompt = render_plain(messages)
+    assert r.choices[0].message.content == reference(prompt.text, 30, prompt.stop)
+    with pytest.raises(openai.BadRequestError, match="at most"):
+        c.chat.completions.create(
+            model="standin",
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=30,
+            stop=[*stops, "one more"],
+        )
 
 
 def test_chat_plain_template(standin_server: ServerThread) -> None:

@@ -148,7 +148,11 @@ def test_proxy_forwards_only_the_documented_headers(
     with ServeProcess(tmp_path, "--backend", url) as proxy:
         answer = raw_request(proxy.port, _get("/v1/models", proxy.port, extra))
         assert status_of(answer) == 200 and b"set-cookie" not in answer.lower()
-    headers = seen[-1][2]
+        # A value that is not ASCII is relayed as its bytes, not refused with a 500.
+        accented = _get("/v1/models", proxy.port, extra).replace(b"tester", b"caf\xe9")
+        assert status_of(raw_request(proxy.port, accented)) == 200
+    assert seen[-1][2]["user-agent"] == "caf\xe9"  # the byte 0xE9, read as Latin-1
+    headers = seen[-2][2]
     assert headers["authorization"] == "Bearer client-key"  # no key of its own: relayed
     assert headers["user-agent"] == "tester" and headers["accept"] == "application/json"
     for name in ("cookie", "x-forwarded-for", "x-secret"):
@@ -309,6 +313,15 @@ def test_slow_and_idle_clients_are_closed(tmp_path: Path) -> None:
         # A connection that never sends anything: closed too.
         with socket.create_connection(("127.0.0.1", port)) as s:
             assert _closed_within(s, 6)
+        # A body the server answered without reading (404, 413, 415: the rest is never
+        # read), trickling in: closed after ~1 s too, not held open by the trickle.
+        for head in (
+            _post("/v1/nope", port, b"").replace(b"Length: 0", b"Length: 1000000"),
+            _get("/health", port, "Content-Length: 1000000\r\n"),
+        ):
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(head)
+                assert _closed_within(s, 6, trickle=b"x")
         # A body that stops arriving: 408 in JSON.
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             s.sendall(

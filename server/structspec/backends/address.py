@@ -1,7 +1,7 @@
-"""The ``backend`` setting's URL: its base and the protocol its path pins, if any.
+"""The ``backend`` setting's URL: its base and the protocol its path pins, if any; its key.
 
 A leaf module (it imports nothing of structspec), so ``config`` checks the
-setting with the same rule the client applies.
+settings with the same rules the client applies.
 """
 
 from __future__ import annotations
@@ -38,3 +38,18 @@ def check_backend(value: str) -> None:
     """``ValueError`` unless ``value`` is ``auto`` or an http(s) URL (the setting's check)."""
     if value != AUTO:
         split_url(value)
+
+
+def check_api_key(key: str) -> str | None:
+    """Why ``key`` cannot be an API key, or None when it can: it must be printable
+    ASCII without spaces (what a client can send in a header and ``Bearer KEY``
+    can carry)."""
+    if not key:
+        return "is empty"
+    if not all("!" <= c <= "~" for c in key):
+        return (
+            "must be printable ASCII without spaces: HTTP clients send header values as "
+            "ASCII or Latin-1 bytes, so a key with any other character could never be sent "
+            "or matched"
+        )
+    return None

@@ -28,11 +28,11 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from structspec.backends.address import check_api_key
 from structspec.cli import UserError
 from structspec.commands.common import add_model_arguments, settings_from_args
 from structspec.config import Settings
 from structspec.http.common import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
-from structspec.http.security import check_api_key
 from structspec.http.serving import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
 
 DEFAULT_HOST = "127.0.0.1"

@@ -9,7 +9,7 @@ know is ignored (clients send many optional ones). What is supported:
 - ``/v1/chat/completions``: ``messages`` (``system``/``developer``/``user``/
   ``assistant``/``tool`` roles; content a string or a list of text parts);
 - both: ``model``, ``max_tokens`` (chat also ``max_completion_tokens``),
-  ``stop`` (a string or up to 16 strings of at most 1024 characters), ``stream``,
+  ``stop`` (a string or up to 15 strings of at most 1024 characters), ``stream``,
   ``stream_options.include_usage``, ``user``, ``n`` = 1.
 - Sampling: ``temperature`` (0..2; 0 is greedy, and so is leaving it out,
   unlike OpenAI's default of 1: the same request gives the same answer),
@@ -39,7 +39,9 @@ from structspec.engine.sampling import Sampling
 from structspec.engine.stats import GenerationStats
 from structspec.engine.stops import MAX_STOP_CHARS, MAX_STOPS
 
-MAX_STOP_STRINGS = MAX_STOPS
+#: The engine's limit less one: a chat without a template stops at its transcript's
+#: next turn too (``chat.PLAIN_STOP``).
+MAX_STOP_STRINGS = MAX_STOPS - 1
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 

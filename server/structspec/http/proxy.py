@@ -249,10 +249,20 @@ class ProxyApp:
         self.metrics.backend_errors.labels(kind=kind).inc()
         return self._fail(endpoint, err)
 
-    def _forwarded_headers(self, request: Request) -> dict[str, str]:
-        """The request headers the backend sees (see ``FORWARDED_HEADERS``)."""
+    def _forwarded_headers(self, request: Request) -> dict[bytes, bytes]:
+        """The request headers the backend sees (see ``FORWARDED_HEADERS``), the first of each.
+
+        As the client sent their bytes: a value that is not ASCII (a user agent
+        with an accent) is relayed as it came, not re-encoded, which httpx
+        would refuse.
+        """
         names = FORWARDED_HEADERS if self.relay_authorization else FORWARDED_HEADERS[:-1]
-        return {name: request.headers[name] for name in names if name in request.headers}
+        wanted = {name.encode() for name in names}
+        forwarded: dict[bytes, bytes] = {}
+        for name, value in request.headers.raw:  # names in lower case (ASGI)
+            if name in wanted:
+                forwarded.setdefault(name, value)
+        return forwarded
 
     async def _incoming(self, request: Request) -> tuple[str, bytes, bool]:
         """The backend path, the body to send and whether a stream was asked for.

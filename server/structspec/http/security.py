@@ -33,6 +33,8 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from structspec.backends.address import check_api_key
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -62,20 +64,6 @@ def host_header_name(value: str) -> str:
     if value.startswith("["):
         return value[1 : value.find("]")] if "]" in value else value
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
-
-
-def check_api_key(key: str) -> str | None:
-    """Why ``key`` cannot be an API key, or None when it can: it must be printable
-    ASCII without spaces (what a client can send in a header and ``Bearer KEY``
-    can carry)."""
-    if not key:
-        return "is empty"
-    if not all("!" <= c <= "~" for c in key):
-        return (
-            "must be printable ASCII without spaces: HTTP clients send header values as "
-            "ASCII or Latin-1 bytes, so a key with any other character could never match"
-        )
-    return None
 
 
 def bearer_matches(authorization: str | None, key: str) -> bool:

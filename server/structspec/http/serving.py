@@ -11,7 +11,8 @@ What uvicorn does not have, ``LimitedH11Protocol`` adds on its h11 protocol:
 - **header timeout**: from the moment a connection waits for a request (it
   opened, or its previous response was sent) the request line and headers
   must be complete within ``header_timeout`` seconds, however slowly the bytes
-  trickle in, or the connection is closed (slow-loris);
+  trickle in, or the connection is closed (slow-loris); so must the rest of a
+  body that a response was sent without reading (a 404, 413, 415);
 - **connection limit**: at most ``max_connections`` open at once. One more
   connection closes the connection that has waited longest for its request
   headers (an idle or slow one); only when every connection is busy with a
@@ -80,8 +81,16 @@ class LimitedH11Protocol(H11Protocol):
             log(f"{self.max_connections} connections are open; closed {what}")
 
     def _watch_headers(self) -> None:
-        """Start the header deadline while a request is awaited, stop it once one is in."""
-        awaiting = self.conn.their_state is h11.IDLE
+        """Start the header deadline while the client owes the request, stop it once one is in.
+
+        The client owes it while no request is in, and after an answer given
+        without reading the body (a 4xx): the rest of that body is owed then,
+        and the connection serves nothing until it is in, however slowly it
+        trickles.
+        """
+        state = self.conn.their_state
+        answered = self.conn.our_state in (h11.DONE, h11.MUST_CLOSE)
+        awaiting = state is h11.IDLE or (state is h11.SEND_BODY and answered)
         if awaiting and self._header_deadline is None and not self.transport.is_closing():
             loop = asyncio.get_running_loop()
             self._waiting_since = loop.time()
@@ -99,6 +108,11 @@ class LimitedH11Protocol(H11Protocol):
 
     def handle_events(self) -> None:
         super().handle_events()
+        if not self.transport.is_closing():
+            self._watch_headers()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
         if not self.transport.is_closing():
             self._watch_headers()
 
