@@ -18,6 +18,7 @@ from tests.completion.test_service import SlowStandIn
 from structspec.completion.cache import Continuation, Extension, PendingSuggestion
 from structspec.completion.documents import Range, TextChange
 from structspec.completion.service import CompletionRequest, CompletionService
+from structspec.completion.types import Suggestion
 from structspec.config import Settings
 from structspec.model.base import Interrupted, Rows
 from structspec.model.standin import StandInModel
@@ -229,3 +230,34 @@ def test_a_request_right_after_an_edit_keeps_what_pre_generation_wrote() -> None
 
     text, served = asyncio.run(scenario())
     assert served == 1 and text is not None and text.startswith("\n")
+
+
+def test_an_older_request_waiting_on_pre_generation_leaves_the_newer_one_alone() -> None:
+    """Two keystrokes' requests back to back, the first not cancelled (plain clients).
+
+    The first waits for the pre-generation it stopped; the second, newer one goes
+    on meanwhile. The first must then give way (no answer), not cancel the
+    second's job and answer at its old cursor in the newer text.
+    """
+
+    async def scenario() -> tuple[Suggestion | None, Suggestion | None, str | None]:
+        model = SlowStandIn(delay=0.02, seed=8, eos_bias=-30.0)
+        svc = make_service(model)
+        svc.open_document(URI, "python", 1, TEXT)
+        first = await svc.complete(CompletionRequest(URI, *end_of(TEXT)))
+        assert first is not None
+        answered = model.verify_calls
+        await wait_for(lambda: model.verify_calls > answered + 2)  # pre-generation is writing
+        line, col = end_of(TEXT)
+        svc.change_document(URI, 2, [TextChange("a", Range(line, col, line, col))])
+        older = asyncio.ensure_future(svc.complete(CompletionRequest(URI, line, col + 1)))
+        await asyncio.sleep(0)  # it takes the pre-generation and waits for it
+        svc.change_document(URI, 3, [TextChange("b", Range(line, col + 1, line, col + 1))])
+        newer = await svc.complete(CompletionRequest(URI, line, col + 2))
+        old = await older
+        svc.close()
+        return old, newer, await fresh_answer(8, TEXT + "ab")
+
+    old, newer, fresh = asyncio.run(scenario())
+    assert old is None
+    assert newer is not None and fresh is not None and newer.text == fresh

@@ -178,6 +178,24 @@ def raw_request(client: LanguageClient, msg_id: str, method: str, params: object
     return future
 
 
+@pytest.mark.parametrize("language", [1, True, None])
+async def test_a_language_id_that_is_not_a_string_is_an_unknown_language(
+    client: LanguageClient, language: object
+):
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didOpen",
+            "params": {
+                "textDocument": {"uri": URI, "languageId": language, "version": 1, "text": TEXT}
+            },
+        }
+    )
+    client.protocol.writer.write(f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    result = await inline(client, end_of(TEXT))  # the document was stored: it is served
+    assert result is not None and result.items[0].insert_text.strip()
+
+
 @pytest.mark.parametrize(
     "params",
     [

@@ -71,3 +71,20 @@ def test_an_unanswered_request_times_out_and_changes_meanwhile_are_pulled_once_m
         client.send({"jsonrpc": "2.0", "id": second["id"], "result": [{"maxTokens": "many"}]})
         client.wait_for(lambda m: "maxTokens" in str(m.get("params", {}).get("message", "")))
         assert client.shutdown_and_exit() == 0
+
+
+def test_an_answer_that_does_not_fit_ends_its_pull_at_once():
+    """A ``workspace/configuration`` answer of the wrong shape (``null``, a number)
+    fails the pull it answers: the next change is pulled then, not after the timeout."""
+    with RawClient() as client:
+        client.answer_requests = False
+        client.initialize()
+        client.wait_for(lambda m: m.get("method") == "workspace/configuration")
+        first = client.server_requests("workspace/configuration")[0]
+        client.send({"jsonrpc": "2.0", "id": first["id"], "result": None})
+        client.send_raw(NO_SETTINGS)
+        client.wait_for(lambda m: _pulls(client) >= 2, timeout=10)  # the timeout is 30 s
+        second = client.server_requests("workspace/configuration")[1]
+        client.send({"jsonrpc": "2.0", "id": second["id"], "result": [{"maxTokens": "many"}]})
+        client.wait_for(lambda m: "maxTokens" in str(m.get("params", {}).get("message", "")))
+        assert client.shutdown_and_exit() == 0

@@ -79,6 +79,22 @@ def test_bad_header_is_skipped_and_the_next_frame_read(header: bytes):
     assert b'{"next": 1}' not in bodies[:-1]
 
 
+@pytest.mark.parametrize("end", [b"\r\r", b"\r", b" "])
+def test_a_header_block_that_runs_into_the_next_costs_only_itself(end: bytes):
+    # A header block whose line ends are not ones: its line runs into the next
+    # message's header, which is still read.
+    data = b"Content-Length: 2" + end + b"{}" + frame('{"next": 1}') + frame('{"then": 2}')
+    bodies, errors = read_all(data)
+    assert bodies == [b'{"next": 1}', b'{"then": 2}'] and errors == 1
+
+
+def test_endless_header_lines_are_a_framing_error():
+    lines = b"".join(b"X-%d: y\r\n" % i for i in range(10_000))
+    data = b"Content-Length: 2\r\n" + lines + b"\r\n{}" + frame('{"next": 1}')
+    bodies, errors = read_all(data, chunk=4096)
+    assert bodies == [b'{"next": 1}'] and errors == 1
+
+
 def test_wrong_lengths_cost_one_frame_then_resynchronise():
     too_short = b"Content-Length: 4\r\n\r\n" + b'{"a": 1}'
     too_long = b"Content-Length: 12\r\n\r\n" + b'{"b": 2}'

@@ -247,3 +247,38 @@ def test_shutdown_and_exit_end_the_process_while_the_model_loads():
             assert time.monotonic() < deadline, client.stderr
             time.sleep(0.05)
         assert client.shutdown_and_exit() == 0
+
+
+def test_a_client_mistake_is_refused_not_reported_as_a_server_fault():
+    with RawClient() as client:
+        client.initialize()
+        assert error_of(client.call("foo/bar", {}))[0] == -32601
+        command = {"command": "nope", "arguments": []}
+        assert error_of(client.call("workspace/executeCommand", command))[0] == -32602
+        client.notify("workspace/didChangeConfiguration", {"settings": {"structspec": 5}})
+        client.wait_for(lambda m: "must be an object" in str(m.get("params", {})))
+        assert [m for m in client.messages_shown() if "internal error" in m] == []
+        (said,) = [m for m in client.messages_shown() if "must be an object" in m]
+        assert "settings.structspec" in said and said.endswith("not int")
+        assert client.shutdown_and_exit() == 0
+    assert "ERROR" not in client.stderr
+
+
+@pytest.mark.parametrize(
+    "roots",
+    [
+        {"rootUri": "file://[x"},
+        {"rootUri": None, "workspaceFolders": [{"uri": "file://[x", "name": "w"}]},
+    ],
+)
+def test_a_workspace_root_that_is_no_url_is_left_out(roots: dict):
+    from tests.helpers.raw_client import STANDIN_OPTIONS
+
+    with RawClient() as client:
+        params = {"processId": None, "capabilities": {}, "initializationOptions": STANDIN_OPTIONS}
+        assert "result" in client.call("initialize", {**params, **roots})
+        client.notify("initialized", {})
+        client.open(URI, TEXT)
+        answer = client.response(client.inline(URI, *END))
+        assert answer["result"]["items"][0]["insertText"].strip()
+        assert client.shutdown_and_exit() == 0

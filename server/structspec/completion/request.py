@@ -78,13 +78,25 @@ class RequestFlow:
         self._settings = settings
         self._make_job = make_job
         self._ids = itertools.count(1)
+        self._arrivals = itertools.count()
+        #: Per document, the newest request waiting for the pre-generation it stopped.
+        self._waiting: dict[str, int] = {}
 
     async def complete(self, request: CompletionRequest) -> Suggestion | None:
         """A suggestion at the request's cursor, or ``None`` (``CompletionService.complete``)."""
         t0 = time.perf_counter()
         if not self._types_through_remotely(request):
             self._background.abandon()
+            ticket = next(self._arrivals)
+            self._waiting[request.uri] = ticket
             await self._background.settle_pregeneration()
+            if self._waiting.get(request.uri) != ticket:
+                # A newer request for the document came meanwhile (a client that does
+                # not cancel the requests it supersedes) and went on: it answers, and
+                # this one must not cancel its job.
+                self._empty(request, t0, EmptyReason.CANCELLED)
+                return None
+            del self._waiting[request.uri]
         stats = self._stats
         stats.requests += 1
         doc = self._documents.get(request.uri)

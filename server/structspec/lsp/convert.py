@@ -1,4 +1,5 @@
-"""Suggestions to LSP results: inline completion items and completion-list items.
+"""Suggestions to LSP results: inline completion items and completion-list items; LSP
+params to the service's values (``cursor_position``, ``language_id``).
 
 Inline items replace the rest of the cursor's line when it is not blank
 (``insertText`` = suggestion + rest of line): editors then draw the ghost text
@@ -15,6 +16,7 @@ which filter a menu by the typed word keep the item.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 from lsprotocol import types
@@ -141,3 +143,15 @@ def cursor_position(params: Any) -> tuple[str, int, int] | None:
     if not isinstance(uri, str) or not all(type(n) is int and n >= 0 for n in numbers):
         return None
     return uri, line, character
+
+
+def language_id(value: object) -> str:
+    """A document's ``languageId`` as a plain string; ``""`` (unknown) for anything else.
+
+    lsprotocol types it as its ``LanguageKind`` enum or a string, and lets a
+    number or ``true`` through as they came: such a document is served as one
+    whose language is not known, not refused.
+    """
+    if isinstance(value, enum.Enum):
+        value = value.value
+    return value if isinstance(value, str) else ""

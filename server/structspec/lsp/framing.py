@@ -8,10 +8,14 @@ optional, LF-only line ends) and strict where a peer could hurt the server:
 - ``Content-Length`` must be 1 to 12 ASCII digits and at most
   ``MAX_MESSAGE_BYTES``; a huge, negative, non-numeric or missing length is a
   framing error, never an allocation of that size.
-- a header line longer than ``MAX_HEADER_LINE`` is a framing error.
+- a header line longer than ``MAX_HEADER_LINE``, or more than ``MAX_HEADERS``
+  lines, is a framing error.
 - after any framing error the reader resynchronises: it drops bytes until the
-  next ``Content-Length`` header, so one bad frame (or a wrong length that cut
-  a message in two) costs that frame, not the session.
+  next ``Content-Length`` header, searching the bad header block itself too
+  (a block whose line end was not one ran into the next message's header), so
+  one bad frame costs that frame, not the session. A length that is wrong but
+  valid cannot be told from a right one: its body takes what it says, and a
+  message it cut in two is lost too.
 
 Memory is bounded by ``MAX_MESSAGE_BYTES`` plus one read chunk, whatever arrives.
 Nothing here knows JSON: a body that is not JSON is the dispatcher's business
@@ -31,6 +35,10 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: The longest header line accepted (real ones are under 100 bytes).
 MAX_HEADER_LINE = 4096
+#: The most header lines in one block (real ones have one or two).
+MAX_HEADERS = 32
+#: A bad header block up to this size is searched again for the next header.
+REQUEUED_BLOCK = 8 * 1024
 #: Bytes asked of the transport per read.
 CHUNK = 64 * 1024
 
@@ -56,6 +64,7 @@ class FrameReader:
     ) -> None:
         self._read = read
         self._buf = bytearray()
+        self._block = bytearray()  # the header lines read of the block being parsed
         self._eof = False
         self.max_message = max_message
         self.max_header_line = max_header_line
@@ -67,11 +76,17 @@ class FrameReader:
         while True:
             if not await self._seek_header():
                 return None
+            self._block = bytearray()
             try:
                 length = await self._read_headers()
             except FramingError as exc:
                 self.errors += 1
                 log.warning("LSP framing error, skipping to the next header: %s", exc)
+                # The next message's header may be inside the bad block (a line end
+                # that was not one ran two headers together): look for it there,
+                # past the bad header's own start.
+                if len(self._block) <= REQUEUED_BLOCK:
+                    self._buf[:0] = self._block[1:]
                 continue
             if length is None:
                 return None
@@ -133,6 +148,7 @@ class FrameReader:
             if end >= 0:
                 line = bytes(self._buf[:end])
                 del self._buf[: end + 1]
+                self._block += line + b"\n"
                 return line[:-1] if line.endswith(b"\r") else line
             if len(self._buf) > self.max_header_line:
                 del self._buf[: self.max_header_line]
@@ -143,7 +159,6 @@ class FrameReader:
     async def _read_headers(self) -> int | None:
         """Parse a header block; the body length, or ``None`` at EOF."""
         headers: dict[bytes, bytes] = {}
-        first = True
         while True:
             line = await self._line()
             if line is None:
@@ -153,15 +168,13 @@ class FrameReader:
             name, colon, value = line.partition(b":")
             name = name.strip()
             if not colon or not _TOKEN.fullmatch(name):
-                if not first:
-                    # The bad line may itself hold the next message's header: look there.
-                    self._buf[:0] = line + b"\n"
                 raise FramingError(f"malformed header line {_show(line)}")
             key = name.lower()
             if key in headers:
                 raise FramingError(f"repeated header {_show(name)}")
+            if len(headers) == MAX_HEADERS:
+                raise FramingError(f"more than {MAX_HEADERS} header lines")
             headers[key] = value.strip()
-            first = False
         raw = headers.get(b"content-length")
         if raw is None:
             raise FramingError("header block without Content-Length")

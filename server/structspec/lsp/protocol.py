@@ -35,11 +35,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import urllib.parse
 import uuid
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from typing import Any
 
+import attrs
 from lsprotocol import types
 from pygls.exceptions import (
     JsonRpcException,
@@ -76,6 +78,7 @@ class _ClientMistakes(logging.Filter):
         if isinstance(exc, JsonRpcException) and exc.code != _INTERNAL.code:
             record.exc_info = None
             record.msg = f"{record.msg}: {exc.message.replace('%', '%%')}"
+            record.levelno, record.levelname = logging.WARNING, "WARNING"  # not a server fault
         return True
 
 
@@ -87,6 +90,15 @@ def _structure_str(value: Any, _type: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
     return value
+
+
+def _parses(uri: str) -> bool:
+    """Whether ``uri`` is a URL Python can take apart (pygls' workspace does)."""
+    try:
+        urllib.parse.urlsplit(uri)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_id(value: Any) -> bool:
@@ -167,10 +179,17 @@ class StructspecProtocol(PyglsProtocol):
             message = self.structure_message(data)
         except JsonRpcException:
             # Requests become _BadRequest (answered); this is a notification or a
-            # response whose fields do not fit: nobody waits for an answer.
+            # response whose fields do not fit.
             log.warning(
                 "dropped a %s message whose fields do not fit", data.get("method", "response")
             )
+            if "method" not in data and _is_id(data.get("id")):
+                # The request it answers fails now rather than at its timeout.
+                future = self.forget_request(data["id"])
+                if future is not None and not future.done():
+                    future.set_exception(
+                        JsonRpcInvalidRequest("the client's response does not fit its request")
+                    )
             return
         try:
             self.handle_message(message)
@@ -263,6 +282,20 @@ class StructspecProtocol(PyglsProtocol):
         super().handle_cancel(msg_id)
 
     # -- lifecycle -----------------------------------------------------------
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(
+        self, params: types.InitializeParams
+    ) -> Generator[Any, Any, types.InitializeResult]:
+        # pygls builds its workspace from the roots first, and a root that is
+        # no URL (``file://[x``) would fail the whole session: it is left out.
+        roots = [params.root_uri, *(f.uri for f in params.workspace_folders or ())]
+        if not all(_parses(uri) for uri in roots if uri is not None):
+            log.warning("initialize: leaving out workspace roots that are not URLs")
+            folders = [f for f in params.workspace_folders or () if _parses(f.uri)]
+            root = params.root_uri if params.root_uri is None or _parses(params.root_uri) else None
+            params = attrs.evolve(params, root_uri=root, workspace_folders=folders or None)
+        return (yield from super().lsp_initialize(params))
+
     @lsp_method(types.SHUTDOWN)
     def lsp_shutdown(self, *args: Any) -> Generator[Any, Any, None]:
         if (handler := self.user_handler(types.SHUTDOWN)) is not None:

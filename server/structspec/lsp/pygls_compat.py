@@ -80,6 +80,7 @@ RELIED_ON: tuple[Relied, ...] = (
     ),
     Relied(JsonRPCProtocol, "_run_generator", ("future", "gen", "result_future")),
     Relied(JsonRPCProtocol, "structure_message", text=DESERIALIZE_FAILURE),
+    Relied(LanguageServerProtocol, "lsp_initialize", method=types.INITIALIZE),
     Relied(LanguageServerProtocol, "lsp_shutdown", method=types.SHUTDOWN),
     Relied(LanguageServerProtocol, "lsp_exit", method=types.EXIT),
     Relied(

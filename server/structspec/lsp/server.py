@@ -32,6 +32,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRpcMethodNotFound
 from pygls.lsp.server import LanguageServer
 
 from structspec import __version__
@@ -45,12 +46,16 @@ from structspec.lsp.convert import (
     completion_list,
     cursor_position,
     inline_completion,
+    language_id,
     reports_cursor,
     status_json,
 )
 from structspec.lsp.protocol import StructspecProtocol
 
 log = logging.getLogger(__name__)
+
+#: Errors of a request the client got wrong: answered with their code, not a server fault.
+CLIENT_MISTAKES = (JsonRpcMethodNotFound, JsonRpcInvalidParams, JsonRpcInvalidRequest)
 
 STATUS_COMMAND = "structspec.status"
 #: Keys a client may send in the ``structspec`` section that are not server
@@ -127,9 +132,11 @@ class StructspecServer(LanguageServer):
         section = _section(values)
         if section is None:
             if values is not None:
-                kind = type(values).__name__
+                nested = isinstance(values, dict)  # its "structspec" entry is not an object
+                what = f"{layer}.structspec" if nested else layer
+                kind = type(values["structspec"] if nested else values).__name__
                 self.tell_user(
-                    "warning", f"structspec: {layer} must be an object of settings, not {kind}"
+                    "warning", f"structspec: {what} must be an object of settings, not {kind}"
                 )
             return False
         clean = {k: v for k, v in section.items() if k not in CLIENT_ONLY_KEYS}
@@ -195,6 +202,10 @@ class StructspecServer(LanguageServer):
             self.protocol.notify(STATUS_NOTIFICATION, status_json(status))
 
     def report_server_error(self, error: Exception, source: Any) -> None:
+        if isinstance(error, CLIENT_MISTAKES):
+            # Answered with its error code already: the client's mistake, not ours.
+            log.info("refused a request: %s", error)
+            return
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
         # Sending the report can itself fail (the transport may be what broke) and
         # would be reported again: report once, and never while closing.
@@ -289,7 +300,7 @@ def _register_documents(server: StructspecServer, service: CompletionService) ->
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: StructspecServer, params: types.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
-        service.open_document(doc.uri, doc.language_id, doc.version, doc.text)
+        service.open_document(doc.uri, language_id(doc.language_id), doc.version, doc.text)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: StructspecServer, params: types.DidChangeTextDocumentParams) -> None:
