@@ -192,7 +192,7 @@ def _ollama_names(root: Path) -> dict[str, str]:
             continue
         try:
             data = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
+        except (OSError, ValueError, RecursionError):
             continue
         for layer in data.get("layers", []) if isinstance(data, dict) else []:
             if (
@@ -296,7 +296,7 @@ def _load_cache() -> dict[str, Any]:
         data = json.loads(_cache_path().read_text(encoding="utf-8"))
         if isinstance(data, dict) and data.get("version") == CACHE_VERSION:
             return dict(data.get("files") or {})
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, RecursionError):
         pass
     return {}
 

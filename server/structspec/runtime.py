@@ -150,7 +150,7 @@ def cost_model_for(
         try:
             data = json.loads(path.read_text())
             return CostModel(tuple(float(v) for v in data["ms"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, RecursionError, KeyError, TypeError):
             pass  # a damaged cache is measured again
     if announce is not None:
         on = "" if threads == extras.threads else f" on {threads} thread(s)"
@@ -253,7 +253,9 @@ def _keep_measurement(path: Path, entry: dict[str, object]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         for other in path.parent.glob("*.json"):
-            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            with contextlib.suppress(
+                OSError, ValueError, RecursionError, TypeError, AttributeError
+            ):
                 model = json.loads(other.read_text()).get("model")
                 if isinstance(model, str) and not Path(model).exists():
                     other.unlink()
@@ -391,7 +393,7 @@ def _cached_rates(path: Path) -> tuple[Rates | None, int]:
         if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
             raise ValueError(f"samples: {samples!r}")
         return Rates(float(data["prompt_tps"]), float(data["decode_tps"])), samples
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
         return None, 0  # missing, or damaged: measured again
 
 

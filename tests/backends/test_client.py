@@ -217,6 +217,14 @@ def test_malformed_stream_is_an_error() -> None:
         text_of(RemoteBackend(server.url))
 
 
+def test_json_nested_too_deep_to_parse_is_a_malformed_answer() -> None:
+    with (
+        FakeBackend(Behaviour(nested=True)) as server,
+        pytest.raises(BackendError, match="malformed"),
+    ):
+        text_of(RemoteBackend(server.url))
+
+
 def test_oversized_line_is_cut() -> None:
     with FakeBackend(Behaviour(oversized=True)) as server:
         with pytest.raises(BackendError, match="line over"):

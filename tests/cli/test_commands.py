@@ -153,6 +153,7 @@ def test_detect_finds_gguf_files(
             }
         )
     )
+    (manifest.parent / "deep").write_text("[" * 50_000 + "]" * 50_000)  # no manifest: skipped
     lms = home / ".lmstudio/models/pub/repo/model.gguf"
     write_gguf(lms, arch="gemma3", fim=False)
     (home / ".lmstudio/models/pub/repo/broken.gguf").write_bytes(b"GGUF\x03\x00garbage")

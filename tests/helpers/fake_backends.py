@@ -44,6 +44,7 @@ class Behaviour:
     endless: bool = False  # stream chunks until the client goes away
     stall: bool = False  # send the headers, then nothing until the client goes away
     malformed: bool = False
+    nested: bool = False  # a chunk of JSON nested deeper than a parser recurses
     oversized: bool = False
     ignore_stream: bool = False  # answer one JSON body although "stream": true
     gate: threading.Event | None = None  # streams wait for it after their first chunk
@@ -238,6 +239,8 @@ def _handler(fake: FakeBackend) -> type[BaseHTTPRequestHandler]:
                 yield from self._wait_for_close()
             if b.malformed:
                 yield b'data: {"content": "add(", "stop": fal\n\n'
+            if b.nested:
+                yield b"data: " + b"[" * 20_000 + b"]" * 20_000 + b"\n\n"
             if b.oversized:
                 while True:
                     yield b"x" * 65536

@@ -105,6 +105,14 @@ def _string(text: bytes, claimed: int | None = None) -> bytes:
             _header(_string(b"t"), struct.pack("<I", 1 << 31), n_kv=0, n_tensors=1),
             "a tensor of 2147483648 dimensions",
         ),
+        (  # arrays of arrays, deeper than Python's recursion would go
+            _header(_string(b"k"), struct.pack("<I", 9), struct.pack("<IQ", 9, 1) * 5000),
+            "nested more than 16 deep",
+        ),
+        (
+            _header(*[_string(b"t") + struct.pack("<IQIQ", 1, 32, 0, 0)] * 2, n_kv=0, n_tensors=2),
+            "two tensors named 't'",
+        ),
     ],
 )
 def test_damaged_headers_are_refused_without_reading_what_they_claim(tmp_path, data, reason):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +219,88 @@ def test_a_record_cannot_name_another_file(tmp_path):
     widened_weights(source, folder=folder)  # writes the copy again, then prunes
     assert victim.read_text() == "keep me"
     assert not (folder / "0123456789abcdef.json").exists()  # damaged: removed
+
+
+Entry = tuple[str, tuple[int, ...], int, int]  # name, shape, type, offset
+
+
+def _with_table(source: Path, dest: Path, edit: Callable[[list[Entry]], list[Entry]]) -> Path:
+    """``source`` with its tensor table edited (the metadata and the data as they are)."""
+    head = read_header(source)
+    entries = [(n, tuple(t.shape), t.type, t.offset) for n, t in head.tensors.items()]
+    table = bytearray()
+    for name, shape, kind, offset in edit(entries):
+        table += struct.pack("<Q", len(name)) + name.encode()
+        table += struct.pack(f"<I{len(shape)}Q", len(shape), *shape) + struct.pack(
+            "<IQ", kind, offset
+        )
+    raw = source.read_bytes()
+    out = raw[: head.table_start] + bytes(table)
+    out += b"\0" * (-len(out) % head.alignment)
+    dest.write_bytes(out + raw[head.data_start :])
+    return dest
+
+
+def _edit_first_q5_0(**change: object) -> Callable[[list[Entry]], list[Entry]]:
+    def edit(entries: list[Entry]) -> list[Entry]:
+        i = next(i for i, e in enumerate(entries) if e[2] == Q5_0)
+        name, shape, kind, offset = entries[i]
+        entries[i] = (name, change.get("shape", shape), kind, change.get("offset", offset))  # type: ignore[assignment]
+        return entries
+
+    return edit
+
+
+def _swap_offsets(entries: list[Entry]) -> list[Entry]:
+    (*first, a), (*second, b) = entries[1], entries[2]
+    entries[1], entries[2] = (*first, b), (*second, a)  # type: ignore[assignment]
+    return entries
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _edit_first_q5_0(shape=()),  # no dimensions
+        _edit_first_q5_0(shape=(32, 1 << 58)),  # a size past any 64-bit count
+        _edit_first_q5_0(shape=(1 << 32, 1 << 32)),  # a 64-bit product that wraps to 0
+        _edit_first_q5_0(shape=(16, 2)),  # rows that are not whole blocks
+        _edit_first_q5_0(offset=3),  # not aligned: inside the tensor before
+        _swap_offsets,  # the data not in the table's order
+        lambda entries: [entries[0], *entries],  # two tensors of one name
+    ],
+)
+def test_a_layout_llama_cpp_would_refuse_is_not_widened(tmp_path, edit):
+    # A copy moves each tensor's bytes into a layout llama.cpp loads: of a damaged
+    # table that would be weights that are not the file's. It loads as it is.
+    source = _with_table(_tiny(tmp_path / "tiny.gguf"), tmp_path / "bad.gguf", edit)
+    assert widened_weights(source, folder=tmp_path / "w") == source
+    assert not list((tmp_path / "w").glob("*.gguf"))
+
+
+def test_the_table_rewritten_as_it_was_is_widened(tmp_path):
+    source = _with_table(_tiny(tmp_path / "tiny.gguf"), tmp_path / "same.gguf", lambda e: e)
+    assert widened_weights(source, folder=tmp_path / "w") != source  # the helper is faithful
+
+
+def test_a_file_rewritten_while_it_is_copied_loads_as_it_is(tmp_path, monkeypatch):
+    source = _tiny(tmp_path / "tiny.gguf")
+    header = widen.read_header
+
+    def read_then_rewrite(path: Path) -> object:
+        read = header(path)
+        os.utime(path, ns=(1, 1))  # another process replaced it meanwhile
+        return read
+
+    monkeypatch.setattr(widen, "read_header", read_then_rewrite)
+    folder = tmp_path / "w"
+    assert widened_weights(source, folder=folder) == source
+    assert not list(folder.glob("*.gguf"))
+
+
+def test_a_record_nested_too_deep_to_parse_is_written_again(tmp_path):
+    source = _tiny(tmp_path / "tiny.gguf")
+    folder = tmp_path / "w"
+    copy = widened_weights(source, folder=folder)
+    copy.with_suffix(".json").write_text("[" * 60_000 + "]" * 60_000)
+    assert widened_weights(source, folder=folder) == copy
+    assert json.loads(copy.with_suffix(".json").read_text())["copy"] == copy.name

@@ -156,7 +156,7 @@ def _error_message(body: bytes) -> str:
     text = body.decode("utf-8", "replace").strip()
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python parses
         return text[:200]
     if isinstance(data, dict):
         error = data.get("error", data.get("detail", data.get("message")))
@@ -447,7 +447,7 @@ class RemoteBackend:
                     return None
                 body = await _read(r, MAX_ERROR_BODY)
             return json.loads(body)
-        except (httpx.HTTPError, ValueError):
+        except (httpx.HTTPError, ValueError, RecursionError):
             return None
 
     def _http(self) -> httpx.AsyncClient:
@@ -551,7 +551,7 @@ async def _decode(
 def _parse(url: str, raw: bytes) -> dict[str, Any]:
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict):
         raise BackendError(f"structspec: {url} sent a malformed answer: {raw[:80]!r}")

@@ -38,6 +38,7 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 _STRING, _ARRAY = 8, 9
 MAX_STRING = 1 << 24  # a longer key or value is a damaged file, not one to allocate for
 MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
+MAX_ARRAY_DEPTH = 16  # arrays of arrays: real files nest one deep, Python recursion is finite
 
 
 class GGUFError(ValueError):
@@ -192,6 +193,8 @@ class _Reader:
                 raise self.fail(f"a tensor of {n_dims} dimensions")
             shape = self.unpack(f"{n_dims}Q")
             kind, offset = self.unpack("IQ")
+            if name in head.tensors:
+                raise self.fail(f"two tensors named {name[:80]!r}")
             head.tensors[name] = TensorInfo(kind, shape, offset)
         align = head.numbers.get("general.alignment", 32)
         head.alignment = align if isinstance(align, int) and align > 0 else 32
@@ -206,8 +209,10 @@ class _Reader:
             return self.string()
         raise self.fail(f"unknown value type {kind}")
 
-    def array(self, read: bool) -> GGUFArray:
+    def array(self, read: bool, depth: int = 1) -> GGUFArray:
         """An array's type and length, and its items when ``read`` (else skipped)."""
+        if depth > MAX_ARRAY_DEPTH:
+            raise self.fail(f"arrays nested more than {MAX_ARRAY_DEPTH} deep")
         item, count = self.unpack("IQ")
         if item in _SCALARS:
             width = struct.calcsize(_SCALARS[item])
@@ -226,6 +231,6 @@ class _Reader:
             return GGUFArray(item, count)
         if item == _ARRAY:
             for _ in range(self.count("array items", count, 4 + 8)):
-                self.array(read=False)
+                self.array(read=False, depth=depth + 1)
             return GGUFArray(item, count)
         raise self.fail(f"unknown array item type {item}")

@@ -38,6 +38,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import struct
@@ -176,7 +177,7 @@ def _read_record(path: Path, key: str | None = None) -> dict[str, object] | None
     """
     try:
         record = json.loads(read_bounded_text(path, 1 << 16))
-    except (OSError, ValueError, FileLimitError):
+    except (OSError, ValueError, RecursionError, FileLimitError):
         return None
     if not isinstance(record, dict) or record.get("key") != (key or path.stem):
         return None
@@ -194,22 +195,35 @@ def _plan(source: Path, header: GGUFHeader, size: int) -> list[_Piece] | None:
 
     A tensor's span runs to the next tensor's offset (or the file's end), so
     a tensor kept as it is is copied with its padding, whatever its type.
+    Raises ``GGUFError`` for a layout llama.cpp would refuse (the tensors'
+    data not one after the other from the data's start, in the table's order,
+    each at an aligned offset; a Q5_0 tensor not whole blocks, or not filling
+    its span but for padding): a copy of such a file would move its bytes
+    into a layout llama.cpp loads, weights that are not the file's.
     """
     if not header.little_endian or not any(t.type == Q5_0 for t in header.tensors.values()):
         return None
-    ordered = sorted(header.tensors.items(), key=lambda item: item[1].offset)
+    table = list(header.tensors.items())
+    ordered = sorted(table, key=lambda item: item[1].offset)
+    if ordered != table or (table and table[0][1].offset != 0):
+        raise GGUFError(f"the tensors' data is not in the table's order: {source}")
     ends = [info.offset for _, info in ordered[1:]] + [size - header.data_start]
     pieces = []
-    for (name, info), end in zip(ordered, ends, strict=True):
+    for i, ((name, info), end) in enumerate(zip(ordered, ends, strict=True)):
         span = end - info.offset
-        if span < 0:
-            raise GGUFError(f"tensor {name} overlaps the next one: {source}")
+        if span < 0 or info.offset % header.alignment:
+            raise GGUFError(f"tensor {name} is not where the layout puts it: {source}")
         widen = info.type == Q5_0
         if widen:
-            values = int(np.prod(info.shape, dtype=np.int64))
-            if info.shape[0] % BLOCK or values // BLOCK * Q5_0_BYTES > span:
-                raise GGUFError(f"tensor {name} is not whole Q5_0 blocks: {source}")
-            read, write = values // BLOCK * Q5_0_BYTES, values // BLOCK * Q8_0_BYTES
+            values = math.prod(info.shape)  # Python's integers: a damaged shape cannot wrap
+            read = values // BLOCK * Q5_0_BYTES
+            last = i == len(ordered) - 1  # what follows it is the file's end, not padding
+            whole = bool(info.shape) and info.shape[0] % BLOCK == 0 and values > 0
+            if not whole or read > span or (not last and span - read >= header.alignment):
+                raise GGUFError(
+                    f"tensor {name} is not whole Q5_0 blocks filling its span: {source}"
+                )
+            write = values // BLOCK * Q8_0_BYTES
         else:
             read = write = span
         at = header.data_start + info.offset
@@ -290,6 +304,8 @@ def _widen(source: Path, folder: Path, key: str, announce: Announce | None) -> P
                 written = _write_copy(src, dst, header, pieces)
                 dst.flush()
                 os.fsync(dst.fileno())
+            if not _current(source, key):  # rewritten while it was read: a mix of two files
+                raise GGUFError("the model file changed while it was copied")
             os.replace(tmp, copy)
         finally:
             with contextlib.suppress(OSError):
