@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # closed by the caller (``>&-``): write nowhere
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -61,6 +65,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # the machine's, not a bug: a full disk, an output gone
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"structspec: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        _drop_unwritable_output()
+        return 1
+
+
+def _drop_unwritable_output() -> None:
+    """Standard output failed (``>/dev/full``): what it still buffers goes nowhere at exit."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
 
 
 if __name__ == "__main__":

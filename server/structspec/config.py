@@ -248,6 +248,8 @@ class LoadedSettings:
     origins: dict[str, str]
     errors: list[str]
     path: Path
+    #: The config file was there to read (a regular file at ``path``).
+    present: bool = False
 
     @property
     def explicit(self) -> frozenset[str]:
@@ -260,16 +262,31 @@ def load_settings(
 ) -> LoadedSettings:
     """Default < config file < environment < flags (``None`` flags are unset)."""
     env = os.environ if env is None else env
-    path = config_path(env)
     settings = Settings()
     origins = {f.name: "default" for f in fields(Settings)}
     errors: list[str] = []
     file_values: dict[str, Any] = {}
-    if path.is_file():  # /dev/null or a missing file: no config file, defaults apply
+    try:
+        path = config_path(env)
+        # /dev/null or a missing file: no config file, defaults apply.
+        present = path.is_file()
+        if (
+            not present
+            and env.get("STRUCTSPEC_CONFIG")
+            and path.exists()
+            and not path.is_char_device()
+        ):
+            raise OSError("not a regular file")  # a folder, a FIFO: named, but no config
+    except (OSError, RuntimeError) as exc:  # RuntimeError: "~user" of no such user
+        path, present = Path(env.get("STRUCTSPEC_CONFIG", "")), False
+        errors.append(f"STRUCTSPEC_CONFIG: cannot use {str(path)[:200]!r} ({exc}); using defaults")
+    if present:
         try:
             file_values = tomllib.loads(read_bounded_text(path, MAX_CONFIG_BYTES))
         except (OSError, ValueError) as exc:  # FileLimitError, UnicodeDecodeError, TOMLDecodeError
             errors.append(f"{path}: cannot read config file ({exc}); using defaults")
+        except RecursionError:
+            errors.append(f"{path}: cannot read config file (nested too deeply); using defaults")
     env_values = {
         f.name: env[f"STRUCTSPEC_{f.name.upper()}"]
         for f in fields(Settings)
@@ -282,4 +299,4 @@ def load_settings(
         errors += [f"{origin}: {e}" for e in errs]
         for name in changed:
             origins[name] = origin
-    return LoadedSettings(settings, origins, errors, path)
+    return LoadedSettings(settings, origins, errors, path, present)

@@ -108,8 +108,8 @@ def open_model(
     model: StandInModel | LlamaModel
     if spec == "standin" or spec.startswith("standin:"):
         seed = spec.partition(":")[2] or "0"
-        if not seed.isdigit():
-            raise ModelError(f"standin model seed must be an integer, not {seed!r}")
+        if not (seed.isascii() and seed.isdigit() and len(seed) <= 18):  # "²" is a digit too
+            raise ModelError(f"standin model seed must be an integer, not {seed[:40]!r}")
         model = StandInModel(seed=int(seed), n_ctx=context_size, eos_bias=-3.0)
     else:
         from structspec.model.llama import LlamaModel

@@ -132,3 +132,102 @@ def test_recordings_traces_and_cost_tables_refuse_fifos_and_deep_json(tmp_path: 
         for load in loaders:
             with pytest.raises(ReplayError, match=problem):
                 load(path)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "~nosuchuser-structspec/config.toml",  # no such user's home
+        "/tmp/" + "n" * 300,  # a name longer than the file system takes
+        "{tmp}",  # a folder
+        "{tmp}/deep.toml",  # arrays nested deeper than the parser recurses
+    ],
+)
+def test_a_config_file_that_cannot_be_read_is_a_warning_and_defaults(tmp_path: Path, config: str):
+    (tmp_path / "deep.toml").write_text("a = " + "[" * 600 + "1" + "]" * 600 + "\n")
+    path = Path(config.format(tmp=tmp_path))
+    shown = structspec("config", config=path)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert "using defaults" in " ".join((shown.stdout + shown.stderr).split())  # rich wraps
+    assert structspec("run", "--model", "standin", "--prompt", "x", config=path).returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("min_context", "share"),
+    [
+        ("1e400", "0.5"),  # a context length past any integer
+        ("1", "1" + "0" * 400),  # a share past any float
+        ("1", "NaN"),
+    ],
+)
+def test_a_rules_file_with_numbers_out_of_range_is_one_line(
+    tmp_path: Path, min_context: str, share: str
+):
+    from structspec.drafts.rule_set import FORMAT, VERSION
+
+    path = tmp_path / "rules.json"
+    path.write_text(
+        f'{{"format": "{FORMAT}", "version": {VERSION}, "tokens": {{"1": "61", "2": "62"}},'
+        f' "min_context": {min_context}, "max_context": 4,'
+        f' "rules": [[[1], [2], "deterministic", 3, {share}]]}}'
+    )
+    p = structspec("run", "--model", "standin", "--prompt", "x", "--rules-file", str(path))
+    one_line_error(p, "corrupt")
+
+
+def test_mine_checks_its_output_before_mining_and_reports_a_full_disk(tmp_path: Path):
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.py").write_text("x = 1\n" * 50)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for out, needle in (
+        (str(fifo), "cannot write"),  # nobody reads it: refused, not a hang
+        (str(tmp_path / ("n" * 300)), "cannot write"),
+        (str(tmp_path), "directory"),
+        ("/dev/full", "No space left on device"),  # the write itself fails: not "wrote"
+    ):
+        p = structspec("mine", str(source), "-o", out, "--model", "standin", timeout=60)
+        one_line_error(p, needle)
+
+
+def test_closed_and_full_standard_streams_are_one_line(tmp_path: Path):
+    script = (
+        "import subprocess, sys\n"
+        "args = [sys.executable, '-m', 'structspec', 'run', '--model', 'standin',"
+        " '--max-tokens', '3']\n"
+        "closed = subprocess.run([*args, '--prompt-file', '-'], stdin=subprocess.DEVNULL,"
+        " capture_output=True, text=True, pass_fds=(), close_fds=True,"
+        " preexec_fn=lambda: __import__('os').close(0))\n"
+        "print(closed.returncode, closed.stderr.strip().splitlines()[-1:])\n"
+        "full = subprocess.run([*args, '--prompt', 'def f'], stdout=open('/dev/full', 'w'),"
+        " stderr=subprocess.PIPE, text=True)\n"
+        "print(full.returncode, full.stderr.strip().splitlines()[-1:])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRUCTSPEC_")}
+    env["STRUCTSPEC_CONFIG"] = os.devnull
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    closed, full = out.stdout.splitlines()
+    assert closed.startswith("2 ") and "standard input is closed" in closed, out
+    assert full.startswith("1 ") and "No space left on device" in full, out
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_the_language_servers_log_file_never_blocks(tmp_path: Path):
+    fifo = tmp_path / "log"
+    os.mkfifo(fifo)
+    p = subprocess.run(
+        [sys.executable, "-m", "structspec.lsp", "--stdio", "--log-file", str(fifo)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert p.returncode == 2 and "cannot open log file" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_stand_in_seed_that_is_no_integer_is_one_line():
+    for seed in ("²", "9" * 5000):
+        one_line_error(structspec("run", "--model", f"standin:{seed}", "--prompt", "x"), "seed")

@@ -120,12 +120,13 @@ def check_writable(*paths: str | None) -> None:
         if not raw:
             continue
         path = Path(raw)
-        if path.is_dir():
-            raise UserError(f"cannot write {path}: it is a directory")
-        existed = path.exists()
-        try:  # non-blocking: a FIFO with no reader fails here instead of hanging
+        try:
+            if path.is_dir():
+                raise UserError(f"cannot write {path}: it is a directory")
+            existed = path.exists()
+            # Non-blocking: a FIFO with no reader fails here instead of hanging.
             os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644))
-        except OSError as exc:
-            raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+        except OSError as exc:  # a name too long, a folder missing, no permission, ...
+            raise UserError(f"cannot write {str(path)[:300]}: {exc.strerror or exc}") from None
         if not existed:
             path.unlink(missing_ok=True)

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     "config_file": str(loaded.path),
-                    "config_file_exists": loaded.path.is_file(),
+                    "config_file_exists": loaded.present,
                     "settings": {
                         r["name"]: {"value": r["value"], "origin": r["origin"]} for r in rows
                     },
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     console = Console()
-    exists = "" if loaded.path.is_file() else " (not present: defaults apply)"
+    exists = "" if loaded.present else " (not present: defaults apply)"
     console.print(f"config file: {loaded.path}{exists}", highlight=False)
     table = Table(show_edge=False, pad_edge=False)
     for col in ("setting", "value", "origin", "environment", "LSP / VS Code"):

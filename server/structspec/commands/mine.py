@@ -19,6 +19,7 @@ from pathlib import Path
 
 from structspec import __version__
 from structspec.cli import UserError
+from structspec.commands.common import check_writable
 from structspec.drafts.rules import (
     LANGUAGE_OF_SUFFIX,
     MineOptions,
@@ -228,8 +229,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_context > 64:
         raise UserError("--max-context must be at most 64")
     out = Path(args.output)
-    if out.is_dir():
-        raise UserError(f"--output {out} is a directory")
+    check_writable(args.output)  # before the mining: a folder, a FIFO, a name too long
     opts = MineOptions(
         min_count=args.min_count,
         min_context=args.min_context,

@@ -53,6 +53,8 @@ def _read_prompt(args: argparse.Namespace) -> str:
     if args.prompt is not None:
         return str(args.prompt)
     if args.prompt_file == "-":  # a pipe may never end (`yes | structspec run ...`)
+        if sys.stdin is None:  # closed by the caller (``<&-``)
+            raise UserError("standard input is closed: give the prompt another way")
         data = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1)
         if len(data) > MAX_PROMPT_BYTES:
             raise UserError(

@@ -194,7 +194,9 @@ class RuleSet:
         """Write the rules to ``path`` (gzip'd JSON); return the file size in bytes."""
         data = json.dumps(self.to_json(tok), separators=(",", ":")).encode()
         path = Path(path)
-        with gzip.GzipFile(filename="", mode="wb", fileobj=path.open("wb"), mtime=0) as f:
+        # The file is closed here too, so that a write failing at the last flush (a
+        # full disk) raises instead of leaving a truncated rules file behind unsaid.
+        with path.open("wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as f:
             f.write(data)
         return path.stat().st_size
 
@@ -238,7 +240,7 @@ class RuleSet:
             rows = list(data["rules"])
             languages = tuple(str(x) for x in data.get("languages") or ())
             meta = dict(data.get("meta") or {})
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise RulesError(f"{origin} is corrupt ({type(exc).__name__}: {exc})") from None
         if not 1 <= min_ctx <= max_ctx <= 64:
             raise RulesError(f"{origin} is corrupt (context lengths {min_ctx}..{max_ctx})")
@@ -277,10 +279,13 @@ class RuleSet:
                     cont = tuple(mapping[t] for t in cont_raw)
                 if tier not in TIERS or not min_ctx <= len(ctx) <= max_ctx:
                     raise ValueError(f"bad rule {row!r:.60}")
-                rules[ctx] = Rule(ctx, cont, tier, int(seen), float(p))
+                share = float(p)
+                if not 0.0 <= share <= 1.0:  # also NaN
+                    raise ValueError(f"bad rule {row!r:.60}")
+                rules[ctx] = Rule(ctx, cont, tier, int(seen), share)
             except KeyError:
                 dropped += 1  # a token the vocabulary lacks
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 raise RulesError(f"{origin} is corrupt ({exc})") from None
         if mapping is not None:
             warnings.append(f"{dropped} of {len(rows)} rules dropped, {len(rules)} kept")

@@ -103,6 +103,11 @@ def _setup_logging(log_file: str | None) -> bool:
     handler: logging.Handler
     if log_file:
         try:
+            # Opened without blocking first: a FIFO nobody reads fails here instead
+            # of hanging the server before it starts.
+            os.close(
+                os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+            )
             handler = logging.FileHandler(log_file, encoding="utf-8")
         except OSError as exc:
             print(f"structspec-lsp: cannot open log file: {exc}", file=sys.stderr)
