@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import ipaddress
 import json
 import os
 import re
@@ -72,6 +73,37 @@ class Backend:
     def usable(self) -> bool:
         """Answering, with models, and not a structspec server (no proxy loops)."""
         return self.running and self.server != "structspec" and not self.error
+
+
+def url_host(host: str) -> str:
+    """``host`` as it goes in a URL (an IPv6 address in brackets); ``ValueError`` with a
+    message for a value that is not a host name or address (a port, spaces, a name the
+    resolver or the HTTP client would refuse)."""
+    name = host.strip()
+    bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    if ":" in bare:
+        try:
+            ipaddress.IPv6Address(bare)
+        except ValueError:
+            raise ValueError(
+                f"--host {host[:80]!r} is not a host name or address (give the port-less "
+                "host: the usual ports are probed)"
+            ) from None
+        return f"[{bare}]"
+    problem = ""
+    if not bare or not bare.isprintable() or any(c in bare for c in " /?#@[]\\"):
+        problem = "it is empty or has a space or a URL character"
+    else:
+        try:
+            # What the resolver does with a name: a label over 63 characters or an
+            # empty one (``a..b``) could never be looked up.
+            bare.encode("idna")
+            httpx.URL(f"http://{bare}/")  # the client's own, stricter IDNA rules
+        except (UnicodeError, httpx.InvalidURL) as exc:
+            problem = str(exc)
+    if problem:
+        raise ValueError(f"--host {host[:80]!r} is not a host name or address: {problem}")
+    return bare
 
 
 def _probe(name: str, port: int, host: str, timeout: float) -> Backend:
@@ -124,10 +156,12 @@ def _probe(name: str, port: int, host: str, timeout: float) -> Backend:
 def probe_backends(
     host: str = "127.0.0.1", timeout: float = 0.5, exclude_ports: Iterable[int] = ()
 ) -> list[Backend]:
-    """Probe every known port at once (the whole probe takes at most about ``timeout``)."""
+    """Probe every known port at once (the whole probe takes at most about ``timeout``);
+    ``ValueError`` for a ``host`` that is no host name or address (``url_host``)."""
+    address = url_host(host)
     targets = [(n, p) for n, p in KNOWN_BACKENDS if p not in set(exclude_ports)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(targets) or 1) as pool:
-        return list(pool.map(lambda t: _probe(t[0], t[1], host, timeout), targets))
+        return list(pool.map(lambda t: _probe(t[0], t[1], address, timeout), targets))
 
 
 def pick_backend(backends: Sequence[Backend]) -> Backend | None:

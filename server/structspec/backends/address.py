@@ -21,11 +21,49 @@ PINNED_PATHS: dict[str, str] = {
 }
 
 
+def _short(value: str, limit: int = 80) -> str:
+    """``repr`` of ``value``, cut to ``limit`` characters (an error message stays one line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def split_url(url: str) -> tuple[str, str | None]:
-    """``(base URL, pinned protocol or None)``; ``ValueError`` for a URL that is not http(s)."""
-    parts = urlsplit(url.strip())
+    """``(base URL, pinned protocol or None)``; ``ValueError`` for a URL that is not http(s),
+    names no host, has a port that is not 1..65535, or that no HTTP client could open."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError as exc:  # ``http://[``: an unclosed IPv6 bracket
+        raise ValueError(f"backend {_short(url)} is not a URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"backend must be an http:// or https:// URL or auto, not {url!r}")
+        raise ValueError(f"backend must be an http:// or https:// URL or auto, not {_short(url)}")
+    if not parts.hostname:
+        raise ValueError(f"backend {_short(url)} names no host")
+    try:
+        # Parsed only when read: ``:abc`` must fail here, with a ValueError, not later
+        # in the HTTP client (whose InvalidURL is no ValueError).
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"backend {_short(url)}: the port must be a number from 1 to 65535")
+    if not url.strip().isprintable() or " " in parts.netloc:
+        raise ValueError(f"backend {_short(url)} has a space or a control character")
+    if ":" not in parts.hostname:  # an IPv6 literal has no labels
+        try:
+            # What the resolver does with the name: a label over 63 characters or an
+            # empty one (``a..b``) could never be looked up.
+            parts.hostname.encode("idna")
+        except UnicodeError:
+            raise ValueError(f"backend {_short(url)} has no valid host name") from None
+        if not parts.hostname.isascii():
+            # The HTTP client's IDNA rules are stricter than the codec's (``☃.com``);
+            # imported only here, so checking an ASCII setting stays cheap.
+            import httpx
+
+            try:
+                httpx.URL(url.strip())
+            except httpx.InvalidURL:
+                raise ValueError(f"backend {_short(url)} has no valid host name") from None
     path = parts.path.rstrip("/")
     for suffix, protocol in PINNED_PATHS.items():
         if path.endswith(suffix):
@@ -35,7 +73,8 @@ def split_url(url: str) -> tuple[str, str | None]:
 
 
 def check_backend(value: str) -> None:
-    """``ValueError`` unless ``value`` is ``auto`` or an http(s) URL (the setting's check)."""
+    """``ValueError`` unless ``value`` is ``auto`` or an http(s) URL ``split_url`` takes (the
+    setting's check, and ``serve --backend``'s)."""
     if value != AUTO:
         split_url(value)
 

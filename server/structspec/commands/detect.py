@@ -37,16 +37,32 @@ def _size(n: int) -> str:
     return str(n)
 
 
+def _folder(value: str) -> Path:
+    """``--path``'s folder; ``UserError`` unless it is one (``~nosuchuser`` included: the
+    user's home is unknown, so there is no such folder)."""
+    path = Path(value)
+    try:
+        path = path.expanduser()
+    except RuntimeError:
+        raise UserError(f"--path {value}: no such folder (no home folder for that user)") from None
+    try:
+        if path.is_dir():
+            return path
+    except OSError as exc:  # a name too long for the file system, say
+        raise UserError(f"--path {value}: {exc.strerror or exc}") from None
+    raise UserError(f"--path {path} is not a folder")
+
+
 def run(args: argparse.Namespace) -> int:
     from structspec.detect import pick_backend, probe_backends, report, scan_gguf
 
     if not 0 < args.timeout <= 30:
         raise UserError("--timeout must be between 0 and 30 seconds")
-    extra = [Path(p).expanduser() for p in args.path]
-    for p in extra:
-        if not p.is_dir():
-            raise UserError(f"--path {p} is not a folder")
-    backends = probe_backends(args.host, args.timeout)
+    extra = [_folder(p) for p in args.path]
+    try:
+        backends = probe_backends(args.host, args.timeout)
+    except ValueError as exc:  # a --host that is no host name or address
+        raise UserError(str(exc)) from None
     if not args.json and not args.no_files:
         print("reading GGUF metadata (cached after the first run)...", file=sys.stderr, flush=True)
     files = [] if args.no_files else scan_gguf(extra)

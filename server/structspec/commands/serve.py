@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-from structspec.backends.address import check_api_key
+from structspec.backends.address import AUTO, check_api_key, check_backend
 from structspec.cli import UserError
 from structspec.commands.common import add_model_arguments, settings_from_args
 from structspec.config import Settings
@@ -126,6 +126,10 @@ def _check_port(host: str, port: int) -> None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
+        except (TypeError, UnicodeError):
+            # The resolver refused to encode the name (a label over 63 characters, say):
+            # the socket module raises TypeError for that, not OSError.
+            raise UserError(f"--host {host[:80]!r} is not an address or host name") from None
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise UserError(f"{host}:{port} is already in use (pick another --port)") from None
@@ -183,8 +187,8 @@ def _proxy_app(
     """The metrics proxy to ``--backend`` (``auto``: the first server ``detect`` finds)."""
     from structspec.http.proxy import create_proxy_app
 
-    backend = args.backend
-    if backend == "auto":
+    backend = args.backend  # checked by ``run`` (``check_backend``)
+    if backend == AUTO:
         from structspec.detect import pick_backend, probe_backends
 
         found = pick_backend(probe_backends(exclude_ports=[args.port]))
@@ -195,8 +199,6 @@ def _proxy_app(
             )
         backend = found.url
         print(f"structspec: backend {found.server} at {backend}", file=sys.stderr)
-    elif not backend.startswith(("http://", "https://")):
-        raise UserError(f"--backend must be an http(s) URL or 'auto', not {backend!r}")
     app = create_proxy_app(
         backend,
         max_body_bytes=args.max_body_bytes,
@@ -210,7 +212,7 @@ def _proxy_app(
 def _setting_backend(backend: str) -> str:
     """The proxy's URL for the ``backend`` setting: its server's base (the proxy relays
     ``/v1/...`` under it), without a path that pins a protocol for the language server."""
-    from structspec.backends.address import AUTO, split_url
+    from structspec.backends.address import split_url
 
     return backend if backend == AUTO else split_url(backend)[0]
 
@@ -266,6 +268,12 @@ def run(args: argparse.Namespace) -> int:
     _check_limits(args)
     if args.backend and args.model:
         raise UserError("--model and --backend exclude each other (a proxy runs no model)")
+    if args.backend is not None:
+        # The same rule as the ``backend`` setting's, before anything binds or loads.
+        try:
+            check_backend(args.backend)
+        except ValueError as exc:
+            raise UserError(f"--{exc}") from None
     # Settings are checked in both modes: a broken config file is refused, not ignored.
     loaded = settings_from_args(args, max_tokens=args.max_tokens)
     settings = loaded.settings

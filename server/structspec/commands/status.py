@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from typing import Any
 
 import httpx
 
+from structspec.backends.address import check_api_key
 from structspec.cli import UserError
 from structspec.metrics import Snapshot, snapshot
 
@@ -47,9 +49,16 @@ def fetch(url: str, timeout: float = 3.0) -> Snapshot:
     """One scrape of ``url``/metrics; ``UserError`` with one line if it fails."""
     target = url.rstrip("/").removesuffix("/v1") + "/metrics"
     key = os.environ.get("STRUCTSPEC_API_KEY")
+    if key and (why := check_api_key(key)) is not None:
+        # Refused here: the client could not put it in a header (UnicodeEncodeError).
+        raise UserError(f"$STRUCTSPEC_API_KEY {why}")
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
         r = httpx.get(target, timeout=timeout, headers=headers)
+    except httpx.InvalidURL as exc:  # ``:abc`` as the port: not an HTTPError
+        raise UserError(f"--url {url[:80]!r} is not a usable URL: {exc}") from None
+    except UnicodeError:  # a host name the resolver refuses (a label over 63 characters)
+        raise UserError(f"--url {url[:80]!r} has no valid host name") from None
     except httpx.HTTPError as exc:
         raise UserError(f"cannot reach {target}: {exc or type(exc).__name__}") from None
     if r.status_code == 401:
@@ -136,8 +145,9 @@ def render(snap: Snapshot, url: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.interval <= 0:
-        raise UserError("--interval must be positive")
+    # NaN passes ``<= 0`` and inf or 1e300 overflow time.sleep: a finite, bounded number.
+    if not (math.isfinite(args.interval) and 0 < args.interval <= 86400):
+        raise UserError("--interval must be a number of seconds above 0 and at most 86400")
     if args.once:
         snap = fetch(args.url)
         if args.json:

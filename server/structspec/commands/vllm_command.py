@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 from typing import Any
 
@@ -97,9 +98,10 @@ def speculative_config(args: argparse.Namespace) -> dict[str, Any]:
         n = 32 if args.num_speculative_tokens is None else args.num_speculative_tokens
         if args.suffix_max_tree_depth < 1:
             raise UserError("--suffix-max-tree-depth must be at least 1")
-        if args.suffix_max_spec_factor <= 0:
-            raise UserError("--suffix-max-spec-factor must be positive")
-        if not 0.0 <= args.suffix_min_token_prob <= 1.0:
+        # NaN passes any comparison and inf prints as ``Infinity``, which is not JSON.
+        if not (math.isfinite(args.suffix_max_spec_factor) and args.suffix_max_spec_factor > 0):
+            raise UserError("--suffix-max-spec-factor must be a finite positive number")
+        if not 0.0 <= args.suffix_min_token_prob <= 1.0:  # also refuses NaN
             raise UserError("--suffix-min-token-prob must be between 0 and 1")
         config = {
             "method": "suffix",
@@ -118,9 +120,13 @@ def build_argv(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
         raise UserError("--model must name a model")
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be between 1 and 65535, not {args.port}")
+    if args.max_model_len is not None and args.max_model_len < 1:
+        raise UserError(
+            f"--max-model-len must be a positive number of tokens, not {args.max_model_len}"
+        )
     config = speculative_config(args)
     argv = ["vllm", "serve", args.model, "--host", args.host, "--port", str(args.port)]
-    if args.max_model_len:
+    if args.max_model_len is not None:
         argv += ["--max-model-len", str(args.max_model_len)]
     argv += ["--speculative-config", json.dumps(config)]
     return argv, config
@@ -129,7 +135,8 @@ def build_argv(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     argv, config = build_argv(args)
     if args.json:
-        proxy = ["structspec", "serve", "--backend", f"http://{args.host}:{args.port}"]
+        host = f"[{args.host}]" if ":" in args.host else args.host  # an IPv6 address
+        proxy = ["structspec", "serve", "--backend", f"http://{host}:{args.port}"]
         print(
             json.dumps({"argv": argv, "speculative_config": config, "proxy_argv": proxy}, indent=2)
         )
