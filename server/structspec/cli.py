@@ -46,14 +46,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("stdout", "stderr"):
         if getattr(sys, name) is None:  # closed by the caller (``>&-``): write nowhere
             setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # the commands' modules load here: a second or so a Ctrl-C may land in
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        from structspec.drafts.base import SourceError
+        from structspec.engine.decode import EngineError
+        from structspec.model.base import ModelError
+    except KeyboardInterrupt:
+        print("structspec: interrupted", file=sys.stderr)
+        return 130
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from structspec.drafts.base import SourceError
-    from structspec.engine.decode import EngineError
-    from structspec.model.base import ModelError
 
     try:
         return int(args.func(args) or 0)

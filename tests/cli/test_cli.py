@@ -91,3 +91,14 @@ def test_bad_rules_file_is_one_line(tmp_path):
     bad.write_bytes(b"\x1f\x8b not really gzip")
     p = structspec("run", "--model", "standin", "--prompt", "x", "--rules-file", str(bad))
     assert p.returncode == 2 and "bad.rules.json.gz" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
+    from structspec import cli
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["config"]) == 130
+    assert capsys.readouterr().err.strip() == "structspec: interrupted"

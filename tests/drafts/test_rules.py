@@ -175,6 +175,8 @@ def _corrupt_cases(tmp_path: Path) -> dict[str, Path]:
         "format": tmp_path / "other.json",
         "version": tmp_path / "future.json",
         "rows": tmp_path / "rows.json",
+        "true": tmp_path / "true.json",
+        "trailing": tmp_path / "trailing.gz",
     }
     cases["gzip"].write_bytes(b"\x1f\x8b\x08\x00garbage")
     cases["json"].write_text("{not json")
@@ -183,6 +185,9 @@ def _corrupt_cases(tmp_path: Path) -> dict[str, Path]:
     good = _one_rule().to_json(StandInModel())
     good["rules"] = [["x", [1], "strong", 1, 0.5]]
     cases["rows"].write_bytes(gzip.compress(json.dumps(good).encode()))
+    cases["true"].write_text(json.dumps({**_one_rule().to_json(StandInModel()), "version": True}))
+    whole = gzip.compress(json.dumps(_one_rule().to_json(StandInModel())).encode())
+    cases["trailing"].write_bytes(whole + b"appended")
     return cases
 
 

@@ -85,6 +85,8 @@ def _gunzip(data: bytes, limit: int) -> bytes:
         raise ValueError(f"larger than {size_text(limit)} decompressed")
     if not inflate.eof:
         raise EOFError("compressed file ended before the end-of-stream marker")
+    if inflate.unused_data:  # a second member, or bytes appended: not a file ``save`` wrote
+        raise ValueError("data after the end of the compressed rules")
     return out
 
 
@@ -228,9 +230,10 @@ class RuleSet:
     def from_json(cls, data: Any, model: Tokenizer, origin: str = "rules") -> RuleSet:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise RulesError(f"{origin} is not a structspec rules file")
-        if data.get("version") != VERSION:
+        version = data.get("version")
+        if type(version) is not int or version != VERSION:  # ``true`` equals 1 in Python
             raise RulesError(
-                f"{origin} has rules format version {data.get('version')!r}; "
+                f"{origin} has rules format version {version!r:.40}; "
                 f"this structspec reads version {VERSION} (mine it again)"
             )
         try:
