@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from structspec.files import load_json
 from structspec.model.gguf_file import is_gguf, read_header
 
 #: (name, port) of the servers probed, in the order ``--backend auto`` prefers them.
@@ -225,8 +226,8 @@ def _ollama_names(root: Path) -> dict[str, str]:
         if not manifest.is_file():
             continue
         try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
+            data = load_json(manifest.read_bytes())
+        except (OSError, ValueError):
             continue
         for layer in data.get("layers", []) if isinstance(data, dict) else []:
             if (
@@ -327,10 +328,10 @@ def _cache_path() -> Path:
 
 def _load_cache() -> dict[str, Any]:
     try:
-        data = json.loads(_cache_path().read_text(encoding="utf-8"))
+        data = load_json(_cache_path().read_bytes())
         if isinstance(data, dict) and data.get("version") == CACHE_VERSION:
             return dict(data.get("files") or {})
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError):
         pass
     return {}
 

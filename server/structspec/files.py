@@ -6,6 +6,10 @@ than any input structspec reads. ``read_bounded`` reads only regular files,
 at most ``limit`` bytes, and never blocks; whatever else it meets is a
 ``FileLimitError`` whose message is one line for the user.
 
+JSON from outside (a request, a backend's answer, a cache file another process
+may have written) is decoded by ``load_json``: whatever is wrong with it is a
+``JSONError``, a ``ValueError``, never a ``RecursionError``.
+
 structspec's own cache folder (cost tables, saved prompt prefixes, built model
 shapes, widened weights) is ``$STRUCTSPEC_CACHE_DIR``, else the platform's user cache folder
 (``cache_home``).
@@ -13,11 +17,12 @@ shapes, widened weights) is ``$STRUCTSPEC_CACHE_DIR``, else the platform's user 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 MIB = 1 << 20
 #: Environment variable naming structspec's cache folder; set but empty turns
@@ -97,6 +102,16 @@ def read_bounded_text(path: str | os.PathLike[str], limit: int, *, errors: str =
     return read_bounded(path, limit).decode("utf-8", errors)
 
 
+def touch_writable(path: str | os.PathLike[str]) -> None:
+    """Open ``path`` for appending and close it: ``OSError`` where a write would fail.
+
+    Without blocking: a FIFO nobody reads fails here (``ENXIO``) instead of
+    hanging whoever writes it. A missing file is created (empty); an existing
+    one is not truncated.
+    """
+    os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644))
+
+
 def cache_home() -> Path | None:
     """structspec's cache folder: ``$STRUCTSPEC_CACHE_DIR``, else the platform's user cache.
 
@@ -134,3 +149,63 @@ def kept_cache_folder(name: str) -> Path:
     ``STRUCTSPEC_CACHE_DIR`` is set empty (cost tables, built model shapes): the
     platform's folder then."""
     return (cache_home() or default_cache_home()) / name
+
+
+#: Deepest nesting of arrays and objects accepted in JSON from outside (request
+#: bodies, a backend's answers and stream events). API documents nest a few levels
+#: (a tool's JSON schema perhaps twenty); a fixed limit far below Python's recursion
+#: limit means the same document parses, and can be walked or encoded again, at any
+#: depth of the call stack.
+MAX_JSON_DEPTH = 100
+
+
+class JSONError(ValueError):
+    """JSON from outside that cannot be used. The message completes a sentence that
+    names the document: ``f"the request body {exc}"``."""
+
+
+def load_json(data: bytes) -> Any:
+    """Decode JSON from outside, or raise ``JSONError`` (never anything else).
+
+    The one parser of untrusted JSON (request bodies, backends' answers, cache
+    files): malformed JSON, bytes that are not UTF-8, nesting deeper than
+    ``MAX_JSON_DEPTH`` and integers past Python's
+    digit limit (``sys.get_int_max_str_digits``, 4300: ``json`` raises a plain
+    ``ValueError`` for them) all end here as one ``JSONError``.
+    """
+    try:
+        doc = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise JSONError(
+            f"is malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except UnicodeDecodeError:
+        raise JSONError("is not UTF-8 JSON") from None
+    except RecursionError:
+        raise JSONError(_too_deep()) from None
+    except ValueError:
+        raise JSONError(
+            f"has a number with more than {sys.get_int_max_str_digits()} digits"
+        ) from None
+    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and _depth(doc) > MAX_JSON_DEPTH:
+        raise JSONError(_too_deep())
+    return doc
+
+
+def _too_deep() -> str:
+    return f"is nested too deeply (more than {MAX_JSON_DEPTH} levels of arrays and objects)"
+
+
+def _depth(doc: Any) -> int:
+    """Levels of arrays and objects in ``doc``, counted without recursion; stops past
+    ``MAX_JSON_DEPTH``."""
+    depth = 0
+    level = [doc] if isinstance(doc, dict | list) else []
+    while level and depth <= MAX_JSON_DEPTH:
+        depth += 1
+        below: list[Any] = []
+        for node in level:
+            children = node.values() if isinstance(node, dict) else node
+            below.extend(c for c in children if isinstance(c, dict | list))
+        level = below
+    return depth

@@ -44,7 +44,7 @@ from structspec.engine.control import (
     measure_cost,
 )
 from structspec.engine.decode import Engine
-from structspec.files import file_stamp, kept_cache_folder
+from structspec.files import file_stamp, kept_cache_folder, load_json
 from structspec.model.base import Model, ModelError
 from structspec.model.extras import GGUFModel, gguf_extras, threaded
 from structspec.model.head import MIN_ROWS, chosen_isa
@@ -148,9 +148,9 @@ def cost_model_for(
     path = _cost_cache_path(extras, threads)
     if not refresh and path.is_file():
         try:
-            data = json.loads(path.read_text())
+            data = load_json(path.read_bytes())
             return CostModel(tuple(float(v) for v in data["ms"]))
-        except (OSError, ValueError, RecursionError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache is measured again
     if announce is not None:
         on = "" if threads == extras.threads else f" on {threads} thread(s)"
@@ -253,10 +253,8 @@ def _keep_measurement(path: Path, entry: dict[str, object]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         for other in path.parent.glob("*.json"):
-            with contextlib.suppress(
-                OSError, ValueError, RecursionError, TypeError, AttributeError
-            ):
-                model = json.loads(other.read_text()).get("model")
+            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+                model = load_json(other.read_bytes()).get("model")
                 if isinstance(model, str) and not Path(model).exists():
                     other.unlink()
         path.write_text(json.dumps(entry))
@@ -388,12 +386,12 @@ def _cached_rates(path: Path) -> tuple[Rates | None, int]:
     count was kept holds one.
     """
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path.read_bytes())
         samples = data.get("samples", 1)
         if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
             raise ValueError(f"samples: {samples!r}")
         return Rates(float(data["prompt_tps"]), float(data["decode_tps"])), samples
-    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None, 0  # missing, or damaged: measured again
 
 

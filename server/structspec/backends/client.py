@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import ssl
 import time
 from collections import OrderedDict
@@ -55,6 +54,7 @@ import httpx
 
 from structspec.backends.address import split_url
 from structspec.backends.fim import FimTemplate, template_for
+from structspec.files import JSONError, load_json
 
 #: Protocols in the order they are tried, and their endpoints.
 PROTOCOLS: tuple[str, ...] = ("infill", "completion", "ollama", "openai")
@@ -155,8 +155,8 @@ def _error_message(body: bytes) -> str:
     """The message of an error body (llama-server, OpenAI, vLLM, Ollama, FastAPI shapes)."""
     text = body.decode("utf-8", "replace").strip()
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python parses
+        data = load_json(text.encode())  # as decoded above: a stray byte is no reason to fail
+    except JSONError:
         return text[:200]
     if isinstance(data, dict):
         error = data.get("error", data.get("detail", data.get("message")))
@@ -446,8 +446,8 @@ class RemoteBackend:
                 if r.status_code != 200:
                     return None
                 body = await _read(r, MAX_ERROR_BODY)
-            return json.loads(body)
-        except (httpx.HTTPError, ValueError, RecursionError):
+            return load_json(body)
+        except (httpx.HTTPError, JSONError):
             return None
 
     def _http(self) -> httpx.AsyncClient:
@@ -550,8 +550,8 @@ async def _decode(
 
 def _parse(url: str, raw: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
+        data = load_json(raw)
+    except JSONError:
         data = None
     if not isinstance(data, dict):
         raise BackendError(f"structspec: {url} sent a malformed answer: {raw[:80]!r}")

@@ -11,6 +11,7 @@ from typing import Any
 from structspec.cli import UserError
 from structspec.config import SOURCE_NAMES, LoadedSettings, load_settings
 from structspec.engine.sampling import Sampling
+from structspec.files import touch_writable
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,8 +125,7 @@ def check_writable(*paths: str | None) -> None:
             if path.is_dir():
                 raise UserError(f"cannot write {path}: it is a directory")
             existed = path.exists()
-            # Non-blocking: a FIFO with no reader fails here instead of hanging.
-            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644))
+            touch_writable(path)  # a FIFO with no reader fails here instead of hanging
         except OSError as exc:  # a name too long, a folder missing, no permission, ...
             raise UserError(f"cannot write {str(path)[:300]}: {exc.strerror or exc}") from None
         if not existed:

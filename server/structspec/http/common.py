@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from typing import Any
 
@@ -11,6 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from structspec.files import JSONError, load_json
 from structspec.http.openai_api import ApiError
 from structspec.metrics import CONTENT_TYPE, Metrics
 
@@ -77,65 +77,6 @@ def _too_large(limit: int) -> ApiError:
         f"the request body is larger than the limit of {limit} bytes",
         code="request_too_large",
     )
-
-
-#: Deepest nesting of arrays and objects accepted in JSON from outside (request
-#: bodies, a backend's answers and stream events). API documents nest a few levels
-#: (a tool's JSON schema perhaps twenty); a fixed limit far below Python's recursion
-#: limit means the same document parses, and can be walked or encoded again, at any
-#: depth of the call stack.
-MAX_JSON_DEPTH = 100
-
-
-class JSONError(ValueError):
-    """JSON from outside that cannot be used. The message completes a sentence that
-    names the document: ``f"the request body {exc}"``."""
-
-
-def load_json(data: bytes) -> Any:
-    """Decode JSON from outside, or raise ``JSONError`` (never anything else).
-
-    The one parser of untrusted JSON in ``http/``: malformed JSON, bytes that are
-    not UTF-8, nesting deeper than ``MAX_JSON_DEPTH`` and integers past Python's
-    digit limit (``sys.get_int_max_str_digits``, 4300: ``json`` raises a plain
-    ``ValueError`` for them) all end here as one ``JSONError``.
-    """
-    try:
-        doc = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise JSONError(
-            f"is malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
-    except UnicodeDecodeError:
-        raise JSONError("is not UTF-8 JSON") from None
-    except RecursionError:
-        raise JSONError(_too_deep()) from None
-    except ValueError:
-        raise JSONError(
-            f"has a number with more than {sys.get_int_max_str_digits()} digits"
-        ) from None
-    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and _depth(doc) > MAX_JSON_DEPTH:
-        raise JSONError(_too_deep())
-    return doc
-
-
-def _too_deep() -> str:
-    return f"is nested too deeply (more than {MAX_JSON_DEPTH} levels of arrays and objects)"
-
-
-def _depth(doc: Any) -> int:
-    """Levels of arrays and objects in ``doc``, counted without recursion; stops past
-    ``MAX_JSON_DEPTH``."""
-    depth = 0
-    level = [doc] if isinstance(doc, dict | list) else []
-    while level and depth <= MAX_JSON_DEPTH:
-        depth += 1
-        below: list[Any] = []
-        for node in level:
-            children = node.values() if isinstance(node, dict) else node
-            below.extend(c for c in children if isinstance(c, dict | list))
-        level = below
-    return depth
 
 
 def parse_json(body: bytes) -> Any:

@@ -53,14 +53,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from structspec.files import JSONError, load_json
 from structspec.http.common import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
     ClientGone,
-    JSONError,
     error_response,
     http_exception,
-    load_json,
     metrics_endpoint,
     parse_json,
     read_body,

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from structspec import __version__
+from structspec.files import touch_writable
 
 log = logging.getLogger("structspec.lsp")
 
@@ -103,11 +104,7 @@ def _setup_logging(log_file: str | None) -> bool:
     handler: logging.Handler
     if log_file:
         try:
-            # Opened without blocking first: a FIFO nobody reads fails here instead
-            # of hanging the server before it starts.
-            os.close(
-                os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
-            )
+            touch_writable(log_file)  # a FIFO nobody reads: an error, not a hang
             handler = logging.FileHandler(log_file, encoding="utf-8")
         except OSError as exc:
             print(f"structspec-lsp: cannot open log file: {exc}", file=sys.stderr)

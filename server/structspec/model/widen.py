@@ -50,7 +50,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from structspec.files import FileLimitError, file_stamp, kept_cache_folder, read_bounded_text
+from structspec.files import file_stamp, kept_cache_folder, load_json, read_bounded
 from structspec.model.gguf_file import GGUFError, GGUFHeader, read_header
 
 log = logging.getLogger(__name__)
@@ -176,8 +176,8 @@ def _read_record(path: Path, key: str | None = None) -> dict[str, object] | None
     whether the copy ``<key>.gguf`` beside it exists, never names a file.
     """
     try:
-        record = json.loads(read_bounded_text(path, 1 << 16))
-    except (OSError, ValueError, RecursionError, FileLimitError):
+        record = load_json(read_bounded(path, 1 << 16))
+    except (OSError, ValueError):  # FileLimitError and JSONError are ValueErrors
         return None
     if not isinstance(record, dict) or record.get("key") != (key or path.stem):
         return None
