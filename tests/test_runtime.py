@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -197,6 +198,37 @@ def test_a_damaged_rates_file_is_measured_again(gguf_stand_in, monkeypatch):
         assert runtime.model_rates(gguf_stand_in, announce=None) == made[-1]
     assert len(made) == 5
     assert json.loads(cached.read_text())["prompt_tps"] == made[-1].prompt_tps
+
+
+def test_a_rates_file_is_replaced_whole_for_the_processes_reading_it(gguf_stand_in, monkeypatch):
+    """Two editor windows' servers share the folder: one reading the file while the
+    other saves a measurement sees the old file or the new one, never a cut one."""
+    counted_measurements(monkeypatch)
+    runtime.model_rates(gguf_stand_in, announce=None)
+    with rates_file().open("rb") as reader:  # open in another process, as it were
+        before = rates_file().read_bytes()
+        runtime.model_rates(gguf_stand_in, announce=None)  # the second measurement, saved
+        assert reader.read() == before  # rewritten in place, this read an empty file
+    assert json.loads(rates_file().read_text())["samples"] == 2
+    assert [p.name for p in rates_file().parent.iterdir()] == [rates_file().name]
+
+
+def test_a_fifo_in_the_measurement_folders_blocks_no_load(gguf_stand_in, tmp_path, monkeypatch):
+    counted_measurements(monkeypatch)
+    runtime.model_rates(gguf_stand_in, announce=None)
+    path = rates_file()
+    path.unlink()
+    os.mkfifo(path)  # nobody writes it: a blocking read waits for ever
+    (path.parent / "other.json").unlink(missing_ok=True)
+    os.mkfifo(path.parent / "other.json")
+    done = threading.Event()
+
+    def load() -> None:
+        runtime.model_rates(gguf_stand_in, announce=None)
+        done.set()
+
+    threading.Thread(target=load, daemon=True).start()
+    assert done.wait(10.0)
 
 
 def test_rates_measured_on_a_busy_machine_are_not_kept(gguf_stand_in, monkeypatch):

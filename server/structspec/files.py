@@ -7,8 +7,14 @@ at most ``limit`` bytes, and never blocks; whatever else it meets is a
 ``FileLimitError`` whose message is one line for the user.
 
 JSON from outside (a request, a backend's answer, a cache file another process
-may have written) is decoded by ``load_json``: whatever is wrong with it is a
-``JSONError``, a ``ValueError``, never a ``RecursionError``.
+may have written) is decoded by ``load_json`` (``read_json`` for a file):
+whatever is wrong with it is a ``JSONError``, a ``ValueError``, never a
+``RecursionError``.
+
+A cache file is written by ``write_atomic``: several structspec processes (two
+editor windows, a ``serve``) share the cache folder, and each reads what the
+others write, so a reader must see the old file or the new one, never a
+half-written or interleaved one.
 
 structspec's own cache folder (cost tables, saved prompt prefixes, built model
 shapes, widened weights) is ``$STRUCTSPEC_CACHE_DIR``, else the platform's user cache folder
@@ -17,10 +23,13 @@ shapes, widened weights) is ``$STRUCTSPEC_CACHE_DIR``, else the platform's user 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -100,6 +109,57 @@ def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
 def read_bounded_text(path: str | os.PathLike[str], limit: int, *, errors: str = "strict") -> str:
     """``read_bounded`` decoded as UTF-8 (``UnicodeDecodeError`` with ``errors="strict"``)."""
     return read_bounded(path, limit).decode("utf-8", errors)
+
+
+def read_json(path: str | os.PathLike[str], limit: int) -> Any:
+    """The JSON document in the file at ``path`` (``read_bounded``, ``load_json``).
+
+    Raises ``OSError`` when it cannot be read and ``ValueError`` (``FileLimitError``,
+    ``JSONError``) for anything that is not a regular file of at most ``limit``
+    bytes of JSON.
+    """
+    return load_json(read_bounded(path, limit))
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Put ``data`` at ``path`` whole: written under a temporary name of this
+    writer's own in the same folder, then renamed over ``path``.
+
+    A process reading ``path`` meanwhile sees the old file or the new one; two
+    writers at once leave one's file, not a mix of both; a write that fails (a
+    full disk) leaves the old file and no temporary one, and raises ``OSError``.
+    The file is readable by all (0644), as ``open`` would create it.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if hasattr(os, "fchmod"):  # not on Windows before Python 3.13
+                os.fchmod(fh.fileno(), 0o644)  # mkstemp's own file is 0600
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+#: A temporary file older than this is a killed writer's (a write takes seconds at most).
+STALE_TEMPORARY_S = 3600.0
+
+
+def remove_stale_temporaries(folder: Path, pattern: str) -> None:
+    """Remove the files in ``folder`` matching ``pattern`` older than ``STALE_TEMPORARY_S``.
+
+    A writer killed between writing its temporary file and renaming it leaves
+    the file for ever, and nothing counts it; a younger one may be another
+    process's write in progress, and is left alone.
+    """
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for tmp in folder.glob(pattern):
+            with contextlib.suppress(OSError):
+                if now - tmp.lstat().st_mtime > STALE_TEMPORARY_S:
+                    tmp.unlink()
 
 
 def touch_writable(path: str | os.PathLike[str]) -> None:

@@ -44,7 +44,7 @@ from structspec.engine.control import (
     measure_cost,
 )
 from structspec.engine.decode import Engine
-from structspec.files import file_stamp, kept_cache_folder, load_json
+from structspec.files import file_stamp, kept_cache_folder, read_json, write_atomic
 from structspec.model.base import Model, ModelError
 from structspec.model.extras import GGUFModel, gguf_extras, threaded
 from structspec.model.head import MIN_ROWS, chosen_isa
@@ -64,6 +64,8 @@ T = TypeVar("T")
 #: pass too high (4 rows at 3.6x one row instead of 3.2x, measured while the
 #: test suite ran) and would steer every later session.
 QUIET_OTHER_CORES = 0.25
+#: Largest measurement cache file read (a cost table or rates: a few hundred bytes).
+MEASUREMENT_BYTES = 1 << 16
 
 
 def _stderr(message: str) -> None:
@@ -148,7 +150,7 @@ def cost_model_for(
     path = _cost_cache_path(extras, threads)
     if not refresh and path.is_file():
         try:
-            data = load_json(path.read_bytes())
+            data = read_json(path, MEASUREMENT_BYTES)
             return CostModel(tuple(float(v) for v in data["ms"]))
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache is measured again
@@ -254,10 +256,10 @@ def _keep_measurement(path: Path, entry: dict[str, object]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         for other in path.parent.glob("*.json"):
             with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-                model = load_json(other.read_bytes()).get("model")
+                model = read_json(other, MEASUREMENT_BYTES).get("model")
                 if isinstance(model, str) and not Path(model).exists():
                     other.unlink()
-        path.write_text(json.dumps(entry))
+        write_atomic(path, json.dumps(entry).encode())  # other processes read it
     except OSError:
         pass  # no cache: measured again next time
 
@@ -386,7 +388,7 @@ def _cached_rates(path: Path) -> tuple[Rates | None, int]:
     count was kept holds one.
     """
     try:
-        data = load_json(path.read_bytes())
+        data = read_json(path, MEASUREMENT_BYTES)
         samples = data.get("samples", 1)
         if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
             raise ValueError(f"samples: {samples!r}")

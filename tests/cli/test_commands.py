@@ -195,6 +195,27 @@ def test_detect_finds_gguf_files(
     assert code == 0 and "Local servers" in out
 
 
+def test_the_metadata_cache_is_in_the_cache_folder_and_replaced_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes detecting at once: a reader sees the old file or the new one, and a
+    FIFO put there blocks nobody."""
+    from structspec import detect
+
+    monkeypatch.setenv("STRUCTSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    detect._save_cache({"a": {"architecture": "llama"}})
+    path = tmp_path / "cache" / "gguf-metadata.json"
+    with path.open("rb") as reader:
+        before = path.read_bytes()
+        detect._save_cache({"b": {"architecture": "qwen2"}})
+        assert reader.read() == before  # rewritten in place, this read the other save
+    assert detect._load_cache() == {"b": {"architecture": "qwen2"}}
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
+    path.unlink()
+    os.mkfifo(path)
+    assert detect._load_cache() == {}  # a blocking read would wait for ever
+
+
 def test_probe_recognises_servers(standin_server: ServerThread) -> None:
     found = _probe("test", standin_server.port, "127.0.0.1", 2.0)
     assert found.running and found.models == ["standin"]

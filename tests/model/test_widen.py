@@ -196,6 +196,75 @@ def test_copies_of_files_gone_and_beyond_the_kept_ones_are_removed(tmp_path):
     assert not copies[1].exists() and not stale.exists()
 
 
+def test_a_stale_temporary_copy_goes_when_a_copy_is_reused(tmp_path):
+    """A writer killed before its rename leaves a model-sized file: removed at the next
+    load even when no new copy is written (only a new copy pruned the folder)."""
+    source = _tiny(tmp_path / "tiny.gguf")
+    folder = tmp_path / "w"
+    copy = widened_weights(source, folder=folder)
+    stale = folder / f"{copy.name}.999.tmp"
+    stale.write_bytes(b"half a model")
+    os.utime(stale, (1e9, 1e9))
+    young = folder / f"{copy.name}.998.tmp"  # another process writing now: left alone
+    young.write_bytes(b"in progress")
+    assert widened_weights(source, folder=folder) == copy
+    assert not stale.exists() and young.exists()
+
+
+def test_another_versions_copy_is_kept_not_taken_for_a_stale_one(tmp_path, monkeypatch):
+    """Two installations of structspec share the cache folder: each keys its copy by its
+    own VERSION, and neither removes the other's copy of a file that has not changed."""
+    source = _tiny(tmp_path / "tiny.gguf")
+    folder = tmp_path / "w"
+    monkeypatch.setattr(widen, "VERSION", 7)
+    theirs = widened_weights(source, folder=folder)
+    monkeypatch.setattr(widen, "VERSION", 1)
+    said: list[str] = []
+    ours = widened_weights(source, folder=folder, announce=said.append)
+    assert ours != theirs and said  # not the other version's copy: written
+    assert theirs.exists() and theirs.with_suffix(".json").exists()
+    said.clear()
+    monkeypatch.setattr(widen, "VERSION", 7)
+    assert widened_weights(source, folder=folder, announce=said.append) == theirs
+    assert not said  # reused, not written again
+    record = json.loads(theirs.with_suffix(".json").read_text())
+    record["version"] = True  # damaged: taken for no version
+    theirs.with_suffix(".json").write_text(json.dumps(record))
+    widened_weights(_tiny(tmp_path / "other.gguf", seed=3), folder=folder)  # prunes
+    assert not theirs.exists() and ours.exists()
+
+
+def test_a_copy_written_again_by_another_process_during_a_failed_load_is_not_forgotten(
+    tmp_path, monkeypatch
+):
+    """The copy was pruned by one process before llama.cpp opened it (the load fails) and
+    written again by another before the failure was seen: that new copy is good."""
+    import llama_cpp
+
+    from structspec.model import llama
+
+    source = _tiny(tmp_path / "tiny.gguf")
+    folder = tmp_path / "w"
+    monkeypatch.setattr(widen, "kept_cache_folder", lambda _name: folder)
+    real_load = llama_cpp.llama_model_load_from_file
+
+    def pruned_then_written_again(path: bytes, params: object) -> object:
+        if path.decode().startswith(str(folder)):
+            Path(path.decode()).unlink()  # another process's pruning
+            model = real_load(path, params)  # fails: the file is gone
+            widened_weights(source)  # another process writes it again
+            return model
+        return real_load(path, params)
+
+    monkeypatch.setattr(llama_cpp, "llama_model_load_from_file", pruned_then_written_again)
+    model = llama.LlamaModel.load(source, n_ctx=256, threads=1, n_batch=64, widen=True)
+    model.close()
+    monkeypatch.setattr(llama_cpp, "llama_model_load_from_file", real_load)
+    copy = widened_weights(source)
+    assert copy != source and copy.exists()
+    assert json.loads(copy.with_suffix(".json").read_text())["copy"] == copy.name
+
+
 def test_the_setting_is_on_by_default_and_reloads_the_model():
     from structspec.completion.host import model_key
     from structspec.config import Settings

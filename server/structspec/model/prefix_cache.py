@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from structspec.files import FileLimitError, cache_home, open_regular
+from structspec.files import FileLimitError, cache_home, open_regular, remove_stale_temporaries
 from structspec.model.base import common_prefix_len
 
 log = logging.getLogger(__name__)
@@ -286,7 +286,9 @@ class PrefixCache:
         return payload
 
     def _evict(self, room: int) -> None:
-        """Remove the least recently used entries until ``room`` more bytes fit the cap."""
+        """Remove the least recently used entries until ``room`` more bytes fit the cap
+        (and the temporary files of saves that were killed, which nothing counts)."""
+        remove_stale_temporaries(self.folder, ".tmp-*.kv")
         sized = []
         for path in self._files():
             with contextlib.suppress(OSError):

@@ -50,7 +50,13 @@ from typing import BinaryIO
 
 import numpy as np
 
-from structspec.files import file_stamp, kept_cache_folder, load_json, read_bounded
+from structspec.files import (
+    file_stamp,
+    kept_cache_folder,
+    read_json,
+    remove_stale_temporaries,
+    write_atomic,
+)
 from structspec.model.gguf_file import GGUFError, GGUFHeader, read_header
 
 log = logging.getLogger(__name__)
@@ -72,9 +78,8 @@ MIN_FREE_AFTER = 1 << 30
 CHUNK_BLOCKS = 1 << 16
 #: Bytes copied at a time for the tensors kept as they are.
 COPY_BYTES = 1 << 24
-#: A temporary file older than this is a crashed writer's, removed when pruning.
-STALE_TMP_S = 3600.0
-#: Changes when the copy's layout does: records of another version are not trusted.
+#: Changes when the copy's layout does: a copy is keyed by its version, so one of
+#: another version is never loaded (records name theirs; those without one are 1).
 VERSION = 1
 
 
@@ -120,6 +125,7 @@ def widened_weights(
         with contextlib.suppress(OSError):
             if path.stat().st_size == record.get("bytes"):
                 os.utime(path)  # recently loaded: kept longest
+                remove_stale_temporaries(folder, "*.tmp")  # else only a new copy prunes
                 return path
         log.info("widened copy %s is missing or damaged; writing it again", path.name)
     return _widen(source, folder, key, announce)
@@ -156,15 +162,21 @@ class _Piece:
     widen: bool
 
 
-def _key(source: Path) -> str:
-    text = json.dumps([*file_stamp(source), VERSION])
+def _key(source: Path, version: int | None = None) -> str:
+    """The copy's name for ``source`` as it is now, by ``version`` (default: this one's)."""
+    text = json.dumps([*file_stamp(source), VERSION if version is None else version])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _current(source: Path, key: str) -> bool:
-    """Whether ``source`` is still the file whose copy ``key`` names (not gone, not changed)."""
+def _current(source: Path, key: str, version: int | None = None) -> bool:
+    """Whether ``source`` is still the file whose copy ``key`` names (not gone, not changed).
+
+    ``version``: the ``VERSION`` that wrote the copy's record. Another version of
+    structspec may share the folder (two installations): its copy of a file that
+    has not changed is current too, not a stale one to remove.
+    """
     try:
-        return _key(source) == key
+        return _key(source, version) == key
     except OSError:
         return False
 
@@ -176,7 +188,7 @@ def _read_record(path: Path, key: str | None = None) -> dict[str, object] | None
     whether the copy ``<key>.gguf`` beside it exists, never names a file.
     """
     try:
-        record = load_json(read_bounded(path, 1 << 16))
+        record = read_json(path, 1 << 16)
     except (OSError, ValueError):  # FileLimitError and JSONError are ValueErrors
         return None
     if not isinstance(record, dict) or record.get("key") != (key or path.stem):
@@ -185,9 +197,7 @@ def _read_record(path: Path, key: str | None = None) -> dict[str, object] | None
 
 
 def _write_json(path: Path, entry: dict[str, object]) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(entry))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(entry).encode())
 
 
 def _plan(source: Path, header: GGUFHeader, size: int) -> list[_Piece] | None:
@@ -277,7 +287,12 @@ def _write_copy(src: BinaryIO, dst: BinaryIO, header: GGUFHeader, pieces: list[_
 
 def _widen(source: Path, folder: Path, key: str, announce: Announce | None) -> Path:
     """Write the widened copy of ``source`` (or its record: nothing to widen); what to load."""
-    record: dict[str, object] = {"key": key, "source": str(source.resolve()), "copy": None}
+    record: dict[str, object] = {
+        "key": key,
+        "source": str(source.resolve()),
+        "copy": None,
+        "version": VERSION,
+    }
     try:
         header = read_header(source)
         size = source.stat().st_size
@@ -334,7 +349,12 @@ def _prune(folder: Path, keep: Path) -> None:
             path = record_path.with_suffix(".gguf")
             record = _read_record(record_path)
             source = record.get("source") if record is not None else None
-            current = isinstance(source, str) and _current(Path(source), record_path.stem)
+            version = record.get("version", 1) if record is not None else None
+            current = (
+                isinstance(source, str)
+                and type(version) is int  # not a bool, not damaged
+                and _current(Path(source), record_path.stem, version)
+            )
             if not current:  # damaged, or its model file is gone or changed
                 path.unlink(missing_ok=True)
                 record_path.unlink()
@@ -346,8 +366,4 @@ def _prune(folder: Path, keep: Path) -> None:
             with contextlib.suppress(OSError):
                 path.unlink()
                 path.with_suffix(".json").unlink()
-    now = time.time()
-    for tmp in folder.glob("*.tmp"):
-        with contextlib.suppress(OSError):
-            if now - tmp.stat().st_mtime > STALE_TMP_S:
-                tmp.unlink()
+    remove_stale_temporaries(folder, "*.tmp")  # a killed writer's: a model's size each

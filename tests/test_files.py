@@ -1,0 +1,43 @@
+"""Shared file helpers (``files.py``): whole replacement of cache files, stale temporaries."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from structspec import files
+from structspec.files import read_json, remove_stale_temporaries, write_atomic
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path, monkeypatch):
+    path = tmp_path / "rates.json"
+    write_atomic(path, b'{"old": 1}')
+
+    def full_disk(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "replace", full_disk)
+    with pytest.raises(OSError):
+        write_atomic(path, b'{"new": 2}')
+    assert read_json(path, 100) == {"old": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["rates.json"]
+
+
+def test_a_written_file_is_readable_by_all_as_open_makes_it(tmp_path: Path):
+    path = tmp_path / "x.json"
+    write_atomic(path, b"{}")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_only_old_temporaries_are_removed(tmp_path: Path):
+    old, young, other = tmp_path / "a.tmp", tmp_path / "b.tmp", tmp_path / "c.json"
+    for p in (old, young, other):
+        p.write_bytes(b"x")
+    os.utime(old, (1e9, 1e9))
+    os.utime(other, (1e9, 1e9))
+    remove_stale_temporaries(tmp_path, "*.tmp")
+    assert not old.exists() and young.exists() and other.exists()
+    remove_stale_temporaries(tmp_path / "missing", "*.tmp")  # no folder: nothing to do
