@@ -38,6 +38,7 @@ import {
 } from './failures';
 import {
   changeAction,
+  explicitValue,
   findExecutable,
   MACHINE_SETTINGS,
   modelFilePath,
@@ -71,14 +72,8 @@ class StructspecClient extends LanguageClient {
 /** Read the settings the user set explicitly (any scope), defaults excluded. */
 function currentSettings(): { settings: ClientSettings; errors: string[] } {
   const config = vscode.workspace.getConfiguration(SECTION);
-  return readSettings((key) => {
-    const info = config.inspect(key);
-    if (info === undefined) {
-      return undefined;
-    }
-    // The most specific scope wins, as in VS Code itself.
-    return info.workspaceFolderValue ?? info.workspaceValue ?? info.globalValue;
-  });
+  // The most specific scope wins, as in VS Code itself (an explicit null included).
+  return readSettings((key) => explicitValue(config.inspect(key)));
 }
 
 function isExecutableFile(candidate: string): boolean {
@@ -140,6 +135,15 @@ class Controller implements vscode.Disposable {
   /** Start/stop/restart run one at a time, in order. */
   private queue: Promise<void> = Promise.resolve();
   private stopping = false;
+  /** The settings the running server got as initializationOptions. */
+  private startedWith: ClientSettings | undefined;
+  /** The client whose start() is awaited, and one whose start was cut short on purpose. */
+  private pendingStart: StructspecClient | undefined;
+  private abortedStart: StructspecClient | undefined;
+  /** The automatic restart after a crash, until it runs. */
+  private restartTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Set by close(): the extension is going away, nothing starts any more. */
+  private closing: Promise<void> | undefined;
   /** Reports where the cursor rests, so the server pre-warms there. */
   private readonly cursor = new CursorReporter((place) => this.sendCursor(place));
 
@@ -220,13 +224,31 @@ class Controller implements vscode.Disposable {
   }
 
   stop(): Promise<void> {
+    this.abortStart();
     return this.enqueue(() => this.doStop());
+  }
+
+  /**
+   * A server that has not answered initialize would hold the queue (and with
+   * it every stop, restart and toggle) for as long as it hangs: end it now.
+   */
+  private abortStart(): void {
+    const client = this.pendingStart;
+    const child = this.child;
+    if (client === undefined || child === undefined || child.exitCode !== null || child.signalCode !== null) {
+      return;
+    }
+    this.output.info('Stopping the server before it finished starting');
+    this.abortedStart = client;
+    this.stoppedOnPurpose.add(child);
+    child.kill();
   }
 
   /** Restart by hand: failures may be told again, and the restart budget is fresh. */
   restart(): Promise<void> {
     this.gate.reset();
     this.budget.reset();
+    this.abortStart();
     return this.enqueue(async () => {
       await this.doStop();
       await this.doStart();
@@ -234,7 +256,7 @@ class Controller implements vscode.Disposable {
   }
 
   private async doStart(): Promise<void> {
-    if (this.client !== undefined) {
+    if (this.client !== undefined || this.closing !== undefined) {
       return;
     }
     const settings = this.settings;
@@ -248,7 +270,7 @@ class Controller implements vscode.Disposable {
       this.notify(modelMissingNotice(String(settings.server.model)));
       return;
     }
-    const launch = serverLaunch(settings, modelPath);
+    const launch = serverLaunch(settings, modelPath, os.homedir(), cwd);
     const resolved = findExecutable(launch.command, process.env.PATH, isExecutableFile, process.platform, process.env.PATHEXT);
     if (resolved === undefined) {
       this.notify(notFoundNotice(launch));
@@ -258,11 +280,29 @@ class Controller implements vscode.Disposable {
     this.setDisplay('starting');
     const client = this.createClient(launch, resolved, cwd, settings, modelPath);
     this.client = client;
+    this.startedWith = settings;
+    this.pendingStart = client;
     try {
       await client.start();
     } catch (err: unknown) {
+      if (this.abortedStart === client) {
+        // Stopped on purpose while starting (stop, restart, deactivate): no failure to tell.
+        this.client = undefined;
+        await client.dispose().catch(() => undefined);
+        const child = this.child;
+        if (child !== undefined && child.exitCode === null && child.signalCode === null) {
+          await Promise.race([this.childEnded, new Promise((r) => setTimeout(r, 2000))]);
+          if (child.exitCode === null && child.signalCode === null) {
+            child.kill('SIGKILL');
+          }
+        }
+        this.setDisplay(this.settings.enable ? 'stopped' : 'off');
+        return;
+      }
       await this.serverGone(client, launch, settings, err);
       return;
+    } finally {
+      this.pendingStart = undefined;
     }
     if (this.displayState === 'starting') {
       this.setDisplay('idle');
@@ -453,7 +493,7 @@ class Controller implements vscode.Disposable {
    * explain why once, and restart it a bounded number of times.
    */
   private async serverGone(client: StructspecClient, launch: ServerLaunch, settings: ClientSettings, startError?: unknown): Promise<void> {
-    if (this.stopping || this.gone.has(client)) {
+    if (this.stopping || this.gone.has(client) || this.abortedStart === client || this.closing !== undefined) {
       return;
     }
     this.gone.add(client);
@@ -488,7 +528,10 @@ class Controller implements vscode.Disposable {
       const n = this.budget.count;
       this.output.warn(`The language server stopped; restarting it (${n}/${this.budget.maxRestarts})`);
       this.setDisplay('starting');
-      setTimeout(() => void this.start(), 500 * n);
+      this.restartTimer = setTimeout(() => {
+        this.restartTimer = undefined;
+        void this.start();
+      }, 500 * n);
       return;
     }
     this.notify(crashNotice(this.budget.count, this.stderrTail.value));
@@ -514,7 +557,7 @@ class Controller implements vscode.Disposable {
   onConfigurationChanged(): void {
     const { settings, errors } = currentSettings();
     this.reportSettingsErrors(errors);
-    const action = changeAction(this.settings, settings);
+    const action = changeAction(this.settings, settings, this.client !== undefined ? this.startedWith : undefined);
     this.settings = settings;
     if (action !== 'none') {
       this.output.info(`Settings changed: ${action}`);
@@ -598,10 +641,34 @@ class Controller implements vscode.Disposable {
     }
   }
 
+  /**
+   * The extension is going away: no more starts (a pending crash restart
+   * included), a hung start is cut short, the server is stopped.
+   */
+  close(): Promise<void> {
+    if (this.closing === undefined) {
+      this.cursor.stop();
+      if (this.restartTimer !== undefined) {
+        clearTimeout(this.restartTimer);
+        this.restartTimer = undefined;
+      }
+      this.abortStart();
+      this.closing = this.enqueue(() => this.doStop());
+    }
+    return this.closing;
+  }
+
+  /**
+   * VS Code disposes the subscriptions right after calling deactivate(),
+   * without awaiting it: the log and the item are released only once the
+   * server is stopped (stopping still writes to the log, and a disposed
+   * channel throws "Channel has been closed").
+   */
   dispose(): void {
-    this.cursor.stop();
-    this.statusItem.dispose();
-    this.output.dispose();
+    void this.close().finally(() => {
+      this.statusItem.dispose();
+      this.output.dispose();
+    });
   }
 }
 
@@ -632,6 +699,6 @@ export async function deactivate(): Promise<void> {
   const c = controller;
   controller = undefined;
   if (c !== undefined) {
-    await c.stop();
+    await c.close();
   }
 }

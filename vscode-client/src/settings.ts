@@ -94,6 +94,30 @@ export interface ClientSettings {
  */
 export type ExplicitReader = (key: string) => unknown;
 
+/** The scopes of VS Code's `inspect()` that hold what the user wrote. */
+export interface InspectedValue {
+  readonly globalValue?: unknown;
+  readonly workspaceValue?: unknown;
+  readonly workspaceFolderValue?: unknown;
+}
+
+/**
+ * The value the user set in the most specific scope, as VS Code resolves it:
+ * an explicit `null` (the documented "server's value") in a workspace
+ * overrides a user value; only an absent value falls through.
+ */
+export function explicitValue(info: InspectedValue | undefined): unknown {
+  if (info === undefined) {
+    return undefined;
+  }
+  for (const value of [info.workspaceFolderValue, info.workspaceValue, info.globalValue]) {
+    if (value !== undefined) {
+      return value;
+    }
+  }
+  return undefined;
+}
+
 /** Validation result: the settings plus one message per rejected value. */
 export interface ReadResult {
   readonly settings: ClientSettings;
@@ -217,10 +241,25 @@ export interface ServerLaunch {
 export const SERVER_EXECUTABLE = 'structspec-lsp';
 
 /**
- * The server's command line for these settings. `resolvedModel` replaces the
- * model value (home-expanded, made absolute) when given.
+ * An executable setting (serverPath, pythonPath) as a command: a leading `~`
+ * expanded, a relative path with a separator resolved against the workspace
+ * folder; a bare name is left for the PATH search.
  */
-export function serverLaunch(settings: ClientSettings, resolvedModel?: string): ServerLaunch {
+export function commandPath(value: string, home: string | undefined, cwd: string | undefined): string {
+  const expanded = home === undefined ? value : expandHome(value, home);
+  const hasSeparator = expanded.includes('/') || expanded.includes(path.sep);
+  if (!hasSeparator || path.isAbsolute(expanded) || cwd === undefined) {
+    return expanded;
+  }
+  return path.resolve(cwd, expanded);
+}
+
+/**
+ * The server's command line for these settings. `resolvedModel` replaces the
+ * model value (home-expanded, made absolute) when given; with `home` and
+ * `cwd`, serverPath and pythonPath are resolved like the model (`commandPath`).
+ */
+export function serverLaunch(settings: ClientSettings, resolvedModel?: string, home?: string, cwd?: string): ServerLaunch {
   const flags: string[] = ['--stdio'];
   for (const spec of SERVER_SETTINGS) {
     if (spec.flag === undefined) {
@@ -236,10 +275,10 @@ export function serverLaunch(settings: ClientSettings, resolvedModel?: string): 
     flags.push(spec.flag, String(value));
   }
   if (settings.serverPath !== '') {
-    return { command: settings.serverPath, args: flags, origin: 'serverPath' };
+    return { command: commandPath(settings.serverPath, home, cwd), args: flags, origin: 'serverPath' };
   }
   if (settings.pythonPath !== '') {
-    return { command: settings.pythonPath, args: ['-m', 'structspec.lsp', ...flags], origin: 'pythonPath' };
+    return { command: commandPath(settings.pythonPath, home, cwd), args: ['-m', 'structspec.lsp', ...flags], origin: 'pythonPath' };
   }
   return { command: SERVER_EXECUTABLE, args: flags, origin: 'PATH' };
 }
@@ -275,8 +314,14 @@ function same(a: ServerValue | undefined, b: ServerValue | undefined): boolean {
  * Decide what a change from `before` to `after` needs: a new process for the
  * model, threads, context size or executable; only a configuration
  * notification for the rest.
+ *
+ * `started` is what the running server got as `initializationOptions` (by
+ * default `before`). The server layers `didChangeConfiguration` over those and
+ * skips absent or null keys, so a setting the server started with cannot be
+ * taken back by a notification: unsetting it (or making it invalid) needs a
+ * new process too.
  */
-export function changeAction(before: ClientSettings, after: ClientSettings): ChangeAction {
+export function changeAction(before: ClientSettings, after: ClientSettings, started: ClientSettings = before): ChangeAction {
   if (before.enable !== after.enable) {
     return after.enable ? 'start' : 'stop';
   }
@@ -289,7 +334,7 @@ export function changeAction(before: ClientSettings, after: ClientSettings): Cha
   let configure = false;
   for (const spec of SERVER_SETTINGS) {
     if (!same(before.server[spec.key], after.server[spec.key])) {
-      if (spec.restart) {
+      if (spec.restart || (after.server[spec.key] === undefined && started.server[spec.key] !== undefined)) {
         return 'restart';
       }
       configure = true;
