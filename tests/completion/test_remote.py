@@ -8,6 +8,7 @@ open a local model while ``backend`` is set.
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import socket
 import threading
@@ -18,7 +19,12 @@ from tests.completion.test_prewarm import wait_for
 from tests.helpers.fake_backends import Behaviour, FakeBackend
 
 from structspec.completion.documents import Range, TextChange
-from structspec.completion.remote import PREGENERATION_FACTOR, SILENT_REQUESTS, text_window
+from structspec.completion.remote import (
+    MAX_CHARS_PER_TOKEN,
+    PREGENERATION_FACTOR,
+    SILENT_REQUESTS,
+    text_window,
+)
 from structspec.completion.service import CompletionRequest, CompletionService, Status
 from structspec.config import Settings
 
@@ -258,6 +264,24 @@ def test_a_never_ending_stream_is_cut_at_a_word_and_closed() -> None:
             assert got is not None and re.fullmatch(r"(t\d+ )*t\d+", got.text), got
             await wait_for(server.closed.is_set)
             assert not [m for m in messages if m[0] == "error"]
+            svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_server_ignoring_max_tokens_is_cut_at_a_bounded_length() -> None:
+    """One endless word, written at once: a suggestion of 900,000 characters reached the
+    editor (``maxTokens`` 24), and a longer one held the worker for minutes."""
+    rng = random.Random(4)
+    word = "".join(rng.choice("abcdefghij") for _ in range(200_000))  # no word end, no loop
+
+    async def scenario() -> None:
+        with FakeBackend(Behaviour(answer=word)) as server:
+            svc, _, _ = service(server.url, max_tokens=8)
+            svc.open_document("u", "python", 1, TEXT)
+            got = await svc.complete(END)
+            assert got is not None and 0 < len(got.text) <= 8 * MAX_CHARS_PER_TOKEN
+            assert word.startswith(got.text)
             svc.close()
 
     asyncio.run(scenario())

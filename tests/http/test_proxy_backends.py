@@ -10,6 +10,7 @@ its streams properly, and keep its memory and its metrics.
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
@@ -117,6 +118,25 @@ class Backend(BaseHTTPRequestHandler):
                     self._chunk(gz.compress(event + b"\n\n") + gz.flush(zlib.Z_SYNC_FLUSH))
                 self._chunk(gz.flush())
                 self._end()
+            elif path == "/v1/utf8-header/completions":
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self._headers_buffer.append(b"X-Note: caf\xc3\xa9 \xe2\x82\xac\r\n")  # UTF-8
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self._chunk(sse(EVENT))
+                self._end()
+            elif path == "/v1/gzip2/completions":
+                self._head("text/event-stream", ("Content-Encoding", "gzip, gzip"))
+                self._chunk(gzip.compress(gzip.compress(b"0" * (16 << 20))))
+                self._end()
+            elif path == "/v1/broken/completions":
+                # One event, then the connection closes inside a chunk.
+                self._head("text/event-stream")
+                self._chunk(EVENT + b"\n\n")
+                self.wfile.write(b"40\r\ndata: {")
+                self.wfile.flush()
+                self.close_connection = True
             elif path == "/v1/brotli/models":
                 self._head("application/json", ("Content-Encoding", "br"))
                 self._chunk(b"\x8b\x03\x80not json")
@@ -246,3 +266,29 @@ def test_an_unknown_content_coding_is_a_502(proxy: ServeProcess) -> None:
     assert r.status_code == 502
     assert r.json()["error"]["code"] == "backend_encoding"
     assert "'br'" in r.json()["error"]["message"]
+
+
+def test_a_header_of_utf8_bytes_is_relayed_as_it_came(proxy: ServeProcess) -> None:
+    """httpx decodes it as UTF-8, which Starlette cannot encode: every answer was a 500
+    and its upstream connection was never closed (100 of them exhausted the pool)."""
+    body = {"model": "m", "prompt": "x", "stream": True}
+    with httpx.stream("POST", proxy.url + "/v1/utf8-header/completions", json=body) as r:
+        raw = b"".join(r.iter_raw())
+        assert r.status_code == 200
+        assert dict(r.headers.raw)[b"x-note"] == b"caf\xc3\xa9 \xe2\x82\xac"
+    assert raw == sse(EVENT)
+
+
+def test_stacked_content_codings_are_a_502_not_a_bomb(proxy: ServeProcess) -> None:
+    body = {"model": "m", "prompt": "x", "stream": True}
+    r = httpx.post(proxy.url + "/v1/gzip2/completions", json=body)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "backend_encoding"
+
+
+def test_a_stream_that_breaks_off_ends_with_an_error_event(proxy: ServeProcess) -> None:
+    body = {"model": "m", "prompt": "x", "stream": True}
+    with httpx.stream("POST", proxy.url + "/v1/broken/completions", json=body) as r:
+        events = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[0] == EVENT.decode()
+    error = json.loads(events[-1][len("data: ") :])["error"]
+    assert error["code"] == "backend_error" and "broke off" in error["message"]

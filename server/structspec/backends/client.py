@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import ssl
 import time
 from collections import OrderedDict
@@ -81,6 +82,11 @@ POLL_S = 0.02
 CONNECT_TIMEOUT_S = 3.0
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
+#: Longest wait for a metadata GET (``/props``, ``/v1/models``, ``/api/tags``),
+#: and how long one that failed is not asked again (it is awaited inside a
+#: completion, so a stalled one must not cost every completion).
+METADATA_TIMEOUT_S = 1.0
+METADATA_RETRY_S = 60.0
 #: Statuses that mean "this endpoint is not here": try the next protocol.
 UNAVAILABLE = frozenset({404, 405, 501})
 
@@ -91,6 +97,21 @@ class BackendError(Exception):
 
 class BackendUnreachable(BackendError):
     """Nothing answers at the URL (connection refused, DNS, timeout); retried with back-off."""
+
+
+class BackendBusy(BackendUnreachable):
+    """The server is busy or rate-limits (429, 503): not asked again before its Retry-After."""
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds a ``Retry-After`` header (delta-seconds) asks for, within the back-off bounds."""
+    try:
+        seconds = float(value) if value is not None else BACKOFF_FIRST_S
+    except ValueError:
+        seconds = BACKOFF_FIRST_S
+    if seconds != seconds:  # NaN
+        seconds = BACKOFF_FIRST_S
+    return min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, seconds))
 
 
 class _Unavailable(Exception):
@@ -151,20 +172,50 @@ def _tls_error(exc: BaseException) -> BaseException | None:
     return None
 
 
+def _stacked_coding(response: httpx.Response) -> str | None:
+    """The ``Content-Encoding`` of ``response`` when it stacks codings (``gzip, gzip``).
+
+    httpx inflates each chunk whole before anything here can count it: one layer
+    of gzip is bounded by the chunk (64 KiB inflate to at most ~64 MiB), two are
+    not (a 1 KB answer inflates to gigabytes). No inference server stacks them.
+    """
+    codings = [
+        c.strip().lower()
+        for c in response.headers.get_list("content-encoding", split_commas=True)
+        if c.strip() and c.strip().lower() != "identity"
+    ]
+    return ", ".join(codings) if len(codings) > 1 else None
+
+
+#: What a completion never inserts into a document: control characters but tab
+#: and newline (NUL, CR, ESC...), C1 controls, lone surrogates (``"\ud800"`` in
+#: JSON), bidirectional overrides and isolates ("Trojan Source"), a BOM.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """A backend's text for a message: an HTML page's title (or its text), on one line,
+    without control characters, at most ``limit`` characters."""
+    if text.lstrip().startswith("<"):
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+        text = title.group(1) if title else re.sub(r"<[^>]*>", " ", text)
+    return " ".join(_UNSAFE.sub(" ", text).split())[:limit]
+
+
 def _error_message(body: bytes) -> str:
     """The message of an error body (llama-server, OpenAI, vLLM, Ollama, FastAPI shapes)."""
     text = body.decode("utf-8", "replace").strip()
     try:
         data = load_json(text.encode())  # as decoded above: a stray byte is no reason to fail
     except JSONError:
-        return text[:200]
+        return _one_line(text)
     if isinstance(data, dict):
         error = data.get("error", data.get("detail", data.get("message")))
         if isinstance(error, dict):
             error = error.get("message", error)
         if error is not None:
-            return str(error)[:200]
-    return text[:200]
+            return _one_line(str(error))
+    return _one_line(text)
 
 
 class RemoteBackend:
@@ -193,9 +244,12 @@ class RemoteBackend:
         self.notes: list[str] = []
         self._noted: set[str] = set()
         self._slots: OrderedDict[str, int] = OrderedDict()
-        self._total_slots: int | None = None  # None: not asked yet; 0: no slots
+        self._total_slots: int | None = None  # None: not known (yet); 0: no slots
+        #: When a metadata path may be asked (again): after a failure, later.
+        self._meta_after: dict[str, float] = {}
         self._failures = 0
         self._retry_at = 0.0
+        self._retry_why = "is unreachable"  # what the back-off waits for (its message)
         self._answered = False  # a protocol answered 200 (``name`` names it)
         self._skipped: list[str] = []  # why the protocols before this one were passed over
         #: The model whose prompt went without a FIM template (noted once it is answered).
@@ -237,7 +291,7 @@ class RemoteBackend:
         wait = self._retry_at - self._clock()
         if wait > 0:
             raise BackendUnreachable(
-                f"structspec: the backend {self.base} is unreachable; retrying in {wait:.0f} s"
+                f"structspec: the backend {self.base} {self._retry_why}; retrying in {wait:.0f} s"
             )
         chunks = self._chunks(request)
         try:
@@ -253,6 +307,8 @@ class RemoteBackend:
                 if text is None:
                     return
                 yield text
+                if stop():  # a server that writes faster than POLL_S is stopped here
+                    return
         finally:
             self._loop.run_until_complete(_close(chunks))
 
@@ -282,6 +338,11 @@ class RemoteBackend:
         try:
             async with client.stream("POST", url, json=body, headers=self._headers) as response:
                 self._failures, self._retry_at = 0, 0.0
+                if (coding := _stacked_coding(response)) is not None:
+                    raise BackendError(
+                        f"structspec: {url} answered in the stacked content codings "
+                        f"{coding[:60]!r}, which are not decoded (a decompression bomb)"
+                    )
                 if response.status_code != 200:
                     raise await self._refusal(protocol, url, response)
                 self._answered = True
@@ -289,14 +350,22 @@ class RemoteBackend:
                     skipped, self._skipped = "; ".join(self._skipped), []
                     self._note(f"structspec: {skipped}; using {TITLES[protocol]}")
                 self._note_missing_template()
+                answered = False  # an object of the protocol came (maybe without text)
                 async with contextlib.aclosing(_decode(protocol, url, response)) as objects:
                     async for data in objects:
                         if "content" in data or "choices" in data or "response" in data:
+                            answered = True
                             text = _text_of(protocol, data)
                             if text:
                                 yield text
                         if _finished(protocol, data):
                             return
+                if not answered:  # a web page, another API's JSON, an unknown coding...
+                    kind = response.headers.get("content-type", "no Content-Type")
+                    raise BackendError(
+                        f"structspec: {url} answered 200 but not as {TITLES[protocol]} does "
+                        f"({kind[:60]}). Fix: set `backend` to the inference server's URL"
+                    )
         except httpx.TransportError as exc:
             raise self._transport_error(url, exc) from None
         except httpx.HTTPError as exc:  # a body that cannot be decoded, a bad redirect...
@@ -313,6 +382,7 @@ class RemoteBackend:
             self._failures += 1
             delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self._failures - 1))
             self._retry_at = self._clock() + delay
+            self._retry_why = "is unreachable"
             return BackendUnreachable(
                 f"structspec: the backend {self.base} is unreachable ({exc or type(exc).__name__})"
                 f"; retrying in {delay:.0f} s. Fix: start the server, or set `backend` to its URL"
@@ -332,6 +402,13 @@ class RemoteBackend:
             return BackendError(
                 f"structspec: Ollama at {self.base}: {message}. Fix: set `backendModel` to a "
                 "model `ollama list` shows"
+            )
+        if status in (429, 503):  # busy or rate-limited: wait as it asks, say so once
+            delay = _retry_after(response.headers.get("retry-after"))
+            self._retry_at = self._clock() + delay
+            self._retry_why = f"answered {status}"
+            return BackendBusy(
+                f"structspec: {url} answered {status}: {message}; retrying in {delay:.0f} s"
             )
         if status in UNAVAILABLE:
             if protocol == "infill" and status == 501:
@@ -412,21 +489,30 @@ class RemoteBackend:
             )
 
     async def _first_model(self, path: str, key: str, field: str) -> str:
-        """The server's first model (``GET path``), remembered; ``""`` when it names none."""
+        """The server's first model (``GET path``), remembered; ``""`` when it names none
+        (not asked again for ``METADATA_RETRY_S``)."""
+        if self._clock() < self._meta_after.get(path, 0.0):
+            return self.model
+        self._meta_after[path] = self._clock() + METADATA_RETRY_S  # set first: a cut GET counts
         data = await self._get_json(path)
         items = data.get(key) if isinstance(data, dict) else None
         if isinstance(items, list) and items and isinstance(items[0], dict):
             name = items[0].get(field)
-            if isinstance(name, str):
+            # Shown in messages and the status: a name, not a page of control characters.
+            if isinstance(name, str) and 0 < len(name) <= 256 and name == _one_line(name, 256):
                 self.model = name
         return self.model
 
     async def _slot(self, document: str) -> int | None:
         """The llama-server slot of ``document``: least recently used slots are reused."""
-        if self._total_slots is None:
+        if self._total_slots is None and self._clock() >= self._meta_after.get("/props", 0.0):
+            self._meta_after["/props"] = self._clock() + METADATA_RETRY_S  # a cut GET counts
             data = await self._get_json("/props")
             total = data.get("total_slots") if isinstance(data, dict) else None
-            self._total_slots = total if isinstance(total, int) and total > 0 else 0
+            if isinstance(total, int) and total > 0:
+                self._total_slots = total
+            elif data is not None:  # it answered, without slots: never asked again
+                self._total_slots = 0
         if not self._total_slots or not document:
             return None
         if document in self._slots:
@@ -442,12 +528,13 @@ class RemoteBackend:
     async def _get_json(self, path: str) -> Any:
         """``GET path`` as JSON (bounded); ``None`` when it fails in any way."""
         try:
-            async with self._http().stream("GET", self.base + path, headers=self._headers) as r:
-                if r.status_code != 200:
-                    return None
-                body = await _read(r, MAX_ERROR_BODY)
+            async with asyncio.timeout(METADATA_TIMEOUT_S):
+                async with self._http().stream("GET", self.base + path, headers=self._headers) as r:
+                    if r.status_code != 200 or _stacked_coding(r) is not None:
+                        return None
+                    body = await _read(r, MAX_ERROR_BODY)
             return load_json(body)
-        except (httpx.HTTPError, JSONError):
+        except (httpx.HTTPError, JSONError, TimeoutError):
             return None
 
     def _http(self) -> httpx.AsyncClient:
@@ -456,7 +543,11 @@ class RemoteBackend:
                 CONNECT_TIMEOUT_S, read=None, write=10.0, pool=CONNECT_TIMEOUT_S
             )
             # The environment applies as for any HTTP client: proxies with NO_PROXY, SSL_CERT_FILE.
-            self._client = httpx.AsyncClient(timeout=timeout)
+            # Uncompressed answers asked for (as ``serve --backend`` does): a stream is
+            # small text, and compression would only hold back its chunks.
+            self._client = httpx.AsyncClient(
+                timeout=timeout, headers={"Accept-Encoding": "identity"}
+            )
         return self._client
 
     def close(self) -> None:
@@ -533,7 +624,10 @@ async def _decode(
             body = b"".join([line + b"\n" async for line in lines])
             yield _parse(url, body)
             return
+        start = True
         async for line in lines:
+            if start:  # a UTF-8 BOM before the first line is no part of it (SSE, NDJSON)
+                line, start = line.removeprefix(b"\xef\xbb\xbf"), False
             if protocol == "ollama":
                 if line.strip():
                     yield _parse(url, line)
@@ -545,7 +639,8 @@ async def _decode(
             payload = line[5:].strip()
             if payload == b"[DONE]":
                 return
-            yield _parse(url, payload)
+            if payload:  # an empty ``data:`` field carries nothing (SSE allows it)
+                yield _parse(url, payload)
 
 
 def _parse(url: str, raw: bytes) -> dict[str, Any]:
@@ -567,7 +662,7 @@ def _text_of(protocol: str, data: dict[str, Any]) -> str:
         text = first.get("text") if isinstance(first, dict) else None
     else:
         text = data.get("response" if protocol == "ollama" else "content")
-    return text if isinstance(text, str) else ""
+    return _UNSAFE.sub("", text) if isinstance(text, str) else ""
 
 
 def _finished(protocol: str, data: dict[str, Any]) -> bool:

@@ -50,6 +50,7 @@ and ``on_loaded`` once it works again.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -84,6 +85,9 @@ HARD_CUT_FACTOR = 2.0
 SILENT_REQUESTS = 3
 #: Other documents sent as project context, most recently used first.
 CONTEXT_DOCUMENTS = 4
+#: A suggestion is cut at ``max_tokens`` times this many characters (a server
+#: that ignores ``max_tokens``, or writes one endless word, is not followed on).
+MAX_CHARS_PER_TOKEN = 16
 #: A pre-generation asks for this many times ``max_tokens``, and may write this
 #: many times as long as a request.
 PREGENERATION_FACTOR = 4
@@ -189,8 +193,14 @@ class RemoteCompleter:
             self._on_loaded(self._name, notes)
 
     def _report(self, exc: BackendError) -> None:
-        # An unreachable server's message changes with its back-off: one report per outage.
-        key = "unreachable" if isinstance(exc, BackendUnreachable) else str(exc)
+        # An unreachable (or busy) server's message changes with its back-off: one report per
+        # outage. Other messages carry the server's text: request ids and numbers in it
+        # (``req_8f3a...``, ``try again in 142ms``) do not make another failure.
+        key = (
+            "unreachable"
+            if isinstance(exc, BackendUnreachable)
+            else re.sub(r"\w*\d\w*", "#", str(exc))
+        )
         if key != self._failure:
             self._failure = key
             log.warning("%s", exc)
@@ -225,6 +235,7 @@ class RemoteCompleter:
             return bool(cut)
 
         text, early, chunks, mark = "", False, 0, None
+        limit = settings.max_tokens * MAX_CHARS_PER_TOKEN
         request = request_for(job)
         healing = request.healed  # what of the word is still to come
         stream = self.backend.stream(request, stop)
@@ -261,8 +272,12 @@ class RemoteCompleter:
                         break
                 if mark is None and clock() - first > budget:
                     mark = before  # finish the word being written, then stop
-                if mark is not None and (end := word_end(text, mark)) is not None:
+                # From ``before``: the text up to it was looked at for a word end already.
+                if mark is not None and (end := word_end(text, max(mark, before))) is not None:
                     text, early = text[:end], True
+                    break
+                if len(text) > limit:  # a server that ignored max_tokens
+                    text, early, cut = text[:limit], True, "length"
                     break
         except BackendError as exc:
             self._report(exc)
@@ -343,6 +358,8 @@ class RemoteCompleter:
                 loop = loop_start(text)
                 if loop is not None:  # what follows a loop is not worth keeping
                     return Continuation(text[:loop], (), ended=True) if loop else None
+                if len(text) > PREGENERATION_FACTOR * settings.max_tokens * MAX_CHARS_PER_TOKEN:
+                    break
                 if stop():  # a server that writes faster than POLL_S is cut here
                     break
             else:

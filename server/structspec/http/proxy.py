@@ -225,8 +225,8 @@ class ProxyApp:
         if self._auto_model is None:
             try:
                 async with self.client.stream("GET", "/v1/models", timeout=5.0) as r:
-                    if r.status_code != 200:
-                        return None
+                    if r.status_code != 200 or "," in r.headers.get("content-encoding", ""):
+                        return None  # stacked codings: see ``relay``
                     data = load_json(await self._read_answer(r, timeout=5.0)).get("data")
                 self._auto_model = str(data[0]["id"]) if data else None
             except (httpx.HTTPError, ApiError, JSONError, KeyError, TypeError, AttributeError):
@@ -320,9 +320,11 @@ class ProxyApp:
                 ),
             )
         encoding = upstream.headers.get("content-encoding", "")
-        if any(
-            c.strip().lower() not in DECODED_ENCODINGS for c in encoding.split(",") if c.strip()
-        ):
+        codings = [c.strip().lower() for c in encoding.split(",") if c.strip()]
+        codings = [c for c in codings if c != "identity"]
+        # Stacked codings (``gzip, gzip``) are refused: httpx inflates a chunk whole, so two
+        # layers turn a few hundred bytes into gigabytes before any cap is looked at.
+        if len(codings) > 1 or any(c not in DECODED_ENCODINGS for c in codings):
             await upstream.aclose()
             return self._backend_fails(
                 endpoint,
@@ -331,23 +333,27 @@ class ProxyApp:
                     502,
                     f"the backend {self.backend} answered in the content coding "
                     f"{encoding[:100]!r}, which this proxy does not decode (it asks for "
-                    "uncompressed answers; gzip and deflate are decoded)",
+                    "uncompressed answers; one layer of gzip or deflate is decoded)",
                     kind="server_error",
                     code="backend_encoding",
                 ),
             )
-        out_headers = {k: v for k, v in upstream.headers.items() if _relayed(k)}
+        out_headers = _relayed_headers(upstream)
         status = upstream.status_code
         if status >= 500:
             self.metrics.backend_errors.labels(kind=f"http_{status}").inc()
         is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
         if stream or is_sse:
-            return StreamingResponse(
-                self._relay_stream(upstream, endpoint, t0),
-                status_code=status,
-                headers=out_headers,
-                media_type=None,
-            )
+            try:
+                return StreamingResponse(
+                    self._relay_stream(upstream, endpoint, t0, sse=is_sse),
+                    status_code=status,
+                    headers=out_headers,
+                    media_type=None,
+                )
+            except BaseException:  # the stream is never read: its connection goes back now
+                await upstream.aclose()
+                raise
         return await self._relay_whole(upstream, endpoint, t0, out_headers)
 
     async def _relay_whole(
@@ -426,11 +432,16 @@ class ProxyApp:
         return bytes(body)
 
     async def _relay_stream(
-        self, upstream: httpx.Response, endpoint: str, t0: float
+        self, upstream: httpx.Response, endpoint: str, t0: float, *, sse: bool = False
     ) -> AsyncIterator[bytes]:
+        """The backend's stream, chunk by chunk. One that breaks off (a connection closed
+        mid-body, broken chunking or gzip) must not end like a whole answer: an SSE stream
+        gets an error event (OpenAI's shape) before its end. (Any other is a JSON body
+        cut short, which its client cannot parse.)"""
         status = str(upstream.status_code)
         counter = _EventCounter()
         first = True
+        broke: httpx.HTTPError | None = None
         try:
             async for chunk in upstream.aiter_bytes():
                 arrived = time.monotonic()
@@ -443,9 +454,10 @@ class ProxyApp:
                     self.metrics.first_token.labels(endpoint=endpoint).observe(arrived - t0)
                 # Count events after relaying, so counting never delays a chunk.
                 counter.feed(chunk)
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
             status = "502"
             self.metrics.backend_errors.labels(kind="read").inc()
+            broke = exc
         except BaseException:
             status = "499"  # the client went away; closing upstream tells the backend to stop
             raise
@@ -454,6 +466,27 @@ class ProxyApp:
             self.metrics.observe_proxy_tokens(counter.tokens())
             self.metrics.requests.labels(endpoint=endpoint, status=status).inc()
             self.metrics.latency.labels(endpoint=endpoint).observe(time.monotonic() - t0)
+        if broke is not None and sse:
+            message = f"the backend {self.backend} broke off its answer: {broke}"
+            error = {"message": message, "type": "server_error", "code": "backend_error"}
+            yield b"\n\ndata: " + json.dumps({"error": error}).encode() + b"\n\n"
+
+
+def _relayed_headers(upstream: httpx.Response) -> dict[str, str]:
+    """The backend's response headers to relay (``_relayed``), with their bytes as they came.
+
+    Decoded as Latin-1, which maps every byte to one character and back: the
+    response sends the same bytes on, where httpx's decoding (UTF-8 first) would
+    give characters that Starlette cannot encode (a 500, and a leaked stream).
+    Repeated headers are joined with ", ", as httpx joins them.
+    """
+    out: dict[str, str] = {}
+    for raw_name, raw_value in upstream.headers.raw:
+        name = raw_name.decode("latin-1").lower()
+        if _relayed(name):
+            value = raw_value.decode("latin-1")
+            out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
 
 
 def _relayed(header: str) -> bool:
