@@ -8,6 +8,7 @@ fresh server computes at the same cursor, character for character.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 
@@ -261,3 +262,29 @@ def test_an_older_request_waiting_on_pre_generation_leaves_the_newer_one_alone()
     old, newer, fresh = asyncio.run(scenario())
     assert old is None
     assert newer is not None and fresh is not None and newer.text == fresh
+
+
+def test_a_request_cancelled_while_it_waits_on_pre_generation_leaves_nothing_behind() -> None:
+    """An editor cancels the request of a keystroke superseded while it waited: nothing
+    of it is kept (an entry per document ever edited so grew for the whole session)."""
+
+    async def scenario() -> dict[str, int]:
+        model = SlowStandIn(delay=0.02, seed=8, eos_bias=-30.0)
+        svc = make_service(model)
+        svc.open_document(URI, "python", 1, TEXT)
+        assert await svc.complete(CompletionRequest(URI, *end_of(TEXT))) is not None
+        answered = model.verify_calls
+        await wait_for(lambda: model.verify_calls > answered + 2)  # pre-generation is writing
+        line, col = end_of(TEXT)
+        svc.change_document(URI, 2, [TextChange("a", Range(line, col, line, col))])
+        waiting = asyncio.ensure_future(svc.complete(CompletionRequest(URI, line, col + 1)))
+        await asyncio.sleep(0)  # it takes the pre-generation and waits for it
+        waiting.cancel()  # $/cancelRequest
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        svc.close_document(URI)
+        left = dict(svc._requests._waiting)
+        svc.close()
+        return left
+
+    assert asyncio.run(scenario()) == {}

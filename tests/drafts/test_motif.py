@@ -164,3 +164,20 @@ def test_line_start_motif_predicts_the_next_line(words: WordModel) -> None:
     assert draft_text(words, draft) == "    y.b = 1\n"  # indentation, then the line re-bound
     draft = src.propose(context(words, text + "    ", "python"))
     assert draft is not None and draft_text(words, draft) == "y.b = 1\n"
+
+
+def test_the_index_is_bounded_by_the_symbols_of_its_keys(words: WordModel, monkeypatch) -> None:
+    """A line of n tokens adds n keys of 1..n symbols: counting entries alone let long
+    lines grow the index to tens of megabytes (``serve``: +200 MB over a day's requests)."""
+    from structspec.drafts import motif
+
+    monkeypatch.setattr(motif, "MAX_KEY_SYMBOLS", 2_000)
+    src = MotifSource(words, single_line_min=1)
+    held = []
+    for i in range(40):  # distinct long lines, each a new motif
+        line = " + ".join(f"v{i}x{k}" for k in range(12 + i % 5))
+        src.propose(context(words, f"total{i} = {line}\ny = 1\n", "python"))
+        held.append(sum(len(k) for k in [*src._index, *src._index2]))
+        assert src._symbols >= held[-1]  # counted as added: at least what the keys hold
+    assert max(held) <= 2_000 + 2 * 60 * 60  # the cap, and one line's keys past it
+    assert any(b < a for a, b in zip(held, held[1:], strict=False))  # it started over

@@ -99,10 +99,13 @@ class CorpusCache:
         above = text[max(0, cut - MAX_REGION_CHARS) : cut]
         if len(above.strip()) > 8:
             corpus.append(self._region(model, above))
-        live = {s.uri for s in others}
+        searched = list(others)[:MAX_DOCS]
+        # Keep the tokens of the documents searched now only: every open document
+        # that was once among the MAX_DOCS latest stayed tokenized while open.
+        live = {s.uri for s in searched}
         for uri in [u for u in self._docs if u not in live]:
             del self._docs[uri]
-        for snap in list(others)[:MAX_DOCS]:
+        for snap in searched:
             if len(snap.text.strip()) > 8:
                 corpus.append(self._document(model, snap))
         return [seq for seq in corpus if len(seq) > 2]

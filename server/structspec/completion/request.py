@@ -89,14 +89,18 @@ class RequestFlow:
             self._background.abandon()
             ticket = next(self._arrivals)
             self._waiting[request.uri] = ticket
-            await self._background.settle_pregeneration()
-            if self._waiting.get(request.uri) != ticket:
+            try:
+                await self._background.settle_pregeneration()
+            finally:
+                newest = self._waiting.get(request.uri)
+                if newest == ticket:  # also when cancelled meanwhile: one entry per
+                    del self._waiting[request.uri]  # document ever seen would stay
+            if newest != ticket:
                 # A newer request for the document came meanwhile (a client that does
                 # not cancel the requests it supersedes) and went on: it answers, and
                 # this one must not cancel its job.
                 self._empty(request, t0, EmptyReason.CANCELLED)
                 return None
-            del self._waiting[request.uri]
         stats = self._stats
         stats.requests += 1
         doc = self._documents.get(request.uri)

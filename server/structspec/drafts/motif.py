@@ -67,6 +67,11 @@ MAX_LINE = 40
 SINGLE_LINE_MIN = 5
 #: Index entries kept before the cache starts over (memory bound).
 MAX_ENTRIES = 200_000
+#: Symbols held by the index keys before the cache starts over. A line of n
+#: tokens adds n keys of 1..n symbols (n*n/2 references), so the entry count
+#: alone let the index reach ~60 MB of objects (+200 MB RSS in ``serve``);
+#: this bound keeps it near 25 MB.
+MAX_KEY_SYMBOLS = 3_000_000
 
 _IDENT = re.compile(r"( ?)([A-Za-z_][A-Za-z0-9_]*)\Z")
 # Token classes.
@@ -146,6 +151,8 @@ class MotifSource(TimedPropose):
         self._index: dict[tuple[int, ...], _Entry] = {}
         self._index2: dict[tuple[int, ...], _Entry] = {}
         self._seen: set[tuple[int, ...]] = set()
+        #: Symbols held by the keys of both indexes (``MAX_KEY_SYMBOLS``).
+        self._symbols = 0
         self._key: tuple[int, int] | None = None
         self._cur = _Cursor()
         self._corpus: dict[int, tuple[Sequence[int], _Cursor]] = {}
@@ -218,10 +225,12 @@ class MotifSource(TimedPropose):
             return
         body = tuple(seq[start:end])
         prev = tuple(seq[cur.prev_start : cur.prev_end]) if cur.prev_end > cur.prev_start else ()
-        if len(self._index) + len(self._index2) > MAX_ENTRIES:
+        entries = len(self._index) + len(self._index2)
+        if entries > MAX_ENTRIES or self._symbols > MAX_KEY_SYMBOLS:
             self._index.clear()
             self._index2.clear()
             self._seen.clear()
+            self._symbols = 0
         key = prev + body
         if key in self._seen:
             return
@@ -231,11 +240,13 @@ class MotifSource(TimedPropose):
         index = self._index
         for j in range(self.min_prefix, len(symbols)):
             index[symbols[:j]] = entry
+            self._symbols += j
         if prev:
             symbols, _ = self.abstract(prev + body)
             index = self._index2
             for j in range(len(prev), len(symbols)):  # from the line's start on
                 index[symbols[:j]] = entry
+                self._symbols += j
 
     def _scan(self, seq: Sequence[int], cur: _Cursor, stop: int) -> None:
         """Index the lines completed in ``seq[cur.pos:stop]``, advancing ``cur``."""
@@ -263,6 +274,7 @@ class MotifSource(TimedPropose):
                 self._index.clear()
                 self._index2.clear()
                 self._seen.clear()
+                self._symbols = 0
                 self._corpus.clear()
             self._cur = _Cursor()
             for seq in ctx.corpus:

@@ -393,6 +393,10 @@ class EngineApp:
                 if kind == "step":
                     if payload.text:  # a pass whose text is held back (UTF-8, stop) sends nothing
                         yield _sse_data(shape.chunk(payload.text))
+                        # Queued events are taken without yielding to the loop: let it see
+                        # a client that left (else every later write to the dead socket
+                        # logs "socket.send() raised exception." to stderr).
+                        await asyncio.sleep(0)
                         if not seen_text:
                             seen_text = True
                             self.metrics.first_token.labels(endpoint=endpoint).observe(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import logging.handlers
 import os
 import signal
 import sys
@@ -24,6 +25,8 @@ from structspec import __version__
 from structspec.files import touch_writable
 
 log = logging.getLogger("structspec.lsp")
+#: ``--log-file`` is rotated at this size (one old file kept).
+LOG_MAX_BYTES = 10 * 1024 * 1024
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -105,7 +108,10 @@ def _setup_logging(log_file: str | None) -> bool:
     if log_file:
         try:
             touch_writable(log_file)  # a FIFO nobody reads: an error, not a hang
-            handler = logging.FileHandler(log_file, encoding="utf-8")
+            # One INFO line per answer (~100 bytes): capped, not grown for the session's life.
+            handler = logging.handlers.RotatingFileHandler(
+                log_file, maxBytes=LOG_MAX_BYTES, backupCount=1, encoding="utf-8"
+            )
         except OSError as exc:
             print(f"structspec-lsp: cannot open log file: {exc}", file=sys.stderr)
             return False
