@@ -74,6 +74,18 @@ def test_snippets_stay_while_typing_in_one_place():
     assert chooser.choices == 3
 
 
+def test_a_choice_holds_a_number_for_the_other_documents_not_each_of_them():
+    """Each open document's choice held every other's (URI, version): the square of the
+    documents open (20 MB at 800)."""
+    chooser = SnippetChooser()
+    docs = [neighbour(f"file:///p/m{i}.py", HELPERS) for i in range(50)]
+    for doc in docs:
+        chooser.choose(doc.uri, "cfg = load_config(path)\n", 10, docs)
+    for _, versions, _ in [*chooser._chosen.values(), *chooser._tops.values()]:
+        assert isinstance(versions, int)
+    assert len(chooser._chosen) == 50 and chooser.choices == 50
+
+
 def test_a_cursor_in_the_documents_top_keeps_the_tops_snippets():
     """Snippets chosen at the cursor would put other tokens before the cached top."""
     chooser = SnippetChooser()
