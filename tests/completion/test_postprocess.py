@@ -158,3 +158,39 @@ def test_clean_drops_a_looping_line_and_keeps_the_lines_before() -> None:
     assert clean(block, ctx, BLOCK) == "x = 1"
     line_ctx = CursorContext.at("v = ", 4)
     assert clean("[" + "'abc', " * 12, line_ctx, LINE) is None
+
+
+def test_the_word_before_the_cursor() -> None:
+    from structspec.completion.suggest import CursorContext
+
+    assert CursorContext.at("x = self.na", 11).word_prefix == "na"
+    assert CursorContext.at("let $el = é_1", 13).word_prefix == "é_1"
+    assert CursorContext.at("$el", 3).word_prefix == "$el"
+    assert CursorContext.at("f(a, ", 5).word_prefix == ""
+    assert CursorContext.at("", 0).word_prefix == ""
+
+
+def test_the_word_before_the_cursor_is_found_in_one_pass_of_a_minified_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A search for the tail tried every start in a run of word characters: 1.9 s a
+    keystroke after a '.' ending a 20,000-character line, 48 s at 100,000. Walked back
+    instead: one look at each character of the word and the one before it."""
+    from structspec.completion import suggest
+
+    looked = 0
+    char = suggest._WORD_CHAR
+
+    class Counting:
+        def match(self, text: str, pos: int) -> object:
+            nonlocal looked
+            looked += 1
+            return char.match(text, pos)
+
+    monkeypatch.setattr(suggest, "_WORD_CHAR", Counting())
+    line = "x = " + "a" * 100_000
+    assert CursorContext.at(line, len(line)).word_prefix == "a" * 100_000
+    assert looked == 100_001
+    looked = 0
+    assert CursorContext.at(line + ".", len(line) + 1).word_prefix == ""
+    assert looked == 1
