@@ -34,32 +34,39 @@ def uri_path(uri: str) -> str:
         return uri
 
 
-def _units(ch: str, encoding: str) -> int:
-    """Code units of one character in ``encoding``."""
-    cp = ord(ch)
-    if encoding == UTF16:
-        return 2 if cp > 0xFFFF else 1
-    if encoding == UTF8:
-        return 1 if cp < 0x80 else 2 if cp < 0x800 else 3 if cp < 0x10000 else 4
-    return 1
+#: Characters outside the Basic Multilingual Plane: two UTF-16 code units each.
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+#: UTF-8 continuation bytes: every byte of a character but its first.
+_CONTINUATION = bytes(range(0x80, 0xC0))
 
 
 def column_to_index(line: str, column: int, encoding: str) -> int:
     """Python index in ``line`` of an LSP column (clamped to ``[0, len(line)]``).
 
     A column that falls inside a character (half of a surrogate pair, the middle
-    of a UTF-8 sequence) resolves to the start of the next character.
+    of a UTF-8 sequence) resolves to the start of the next character. The work is
+    the C string functions' over ``line[:column]`` (a character is at least one
+    code unit), not a Python step per character: a keystroke at the end of a
+    1 MB minified line with one non-ASCII character cost 0.2 s per conversion.
     """
     if column <= 0:
         return 0
     if encoding == UTF32 or line.isascii():
         return min(column, len(line))
-    units = 0
-    for i, ch in enumerate(line):
-        if units >= column:
-            return i
-        units += _units(ch, encoding)
-    return len(line)
+    head = line[:column]
+    if encoding == UTF16:
+        extra = 0  # characters before the one looked at that take two units
+        for m in _ASTRAL.finditer(head):
+            units = m.start() + extra  # code units before this character
+            if units >= column:
+                break
+            if units + 2 >= column:  # the column is inside it or just after it
+                return m.start() + 1
+            extra += 1
+        return min(column - extra, len(line))
+    # UTF-8: the characters that start before byte ``column``.
+    data = head.encode("utf-8", "surrogatepass")
+    return len(data[:column].translate(None, _CONTINUATION))
 
 
 def index_to_column(line: str, index: int, encoding: str) -> int:
@@ -67,7 +74,10 @@ def index_to_column(line: str, index: int, encoding: str) -> int:
     index = max(0, min(index, len(line)))
     if encoding == UTF32 or line.isascii():
         return index
-    return sum(_units(ch, encoding) for ch in line[:index])
+    head = line[:index]
+    if encoding == UTF16:
+        return index + len(_ASTRAL.findall(head))
+    return len(head.encode("utf-8", "surrogatepass"))
 
 
 @dataclass
@@ -114,7 +124,9 @@ class Document:
         if line >= len(starts):
             return len(self.text)
         start, end = self.line_bounds(line)
-        return start + column_to_index(self.text[start:end], column, encoding)
+        # A column counts at least one unit per character: the line up to it will do.
+        head = self.text[start : min(end, start + max(0, column))]
+        return start + column_to_index(head, column, encoding)
 
     def position_at(self, offset: int, encoding: str = UTF16) -> tuple[int, int]:
         """LSP ``(line, column)`` of an offset (clamped to the text)."""
