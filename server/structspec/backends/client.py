@@ -172,18 +172,20 @@ def _tls_error(exc: BaseException) -> BaseException | None:
     return None
 
 
-def _stacked_coding(response: httpx.Response) -> str | None:
-    """The ``Content-Encoding`` of ``response`` when it stacks codings (``gzip, gzip``).
+def content_codings(headers: httpx.Headers) -> list[str]:
+    """The content codings an answer's ``Content-Encoding`` applies, in order
+    (lower case, ``identity`` left out). More than one is refused by this client
+    and by ``serve``'s proxy: httpx inflates each chunk whole before anything can
+    count it, so one layer of gzip is bounded by the chunk (64 KiB inflate to at
+    most ~64 MiB) and two are not (a 1 KB answer inflates to gigabytes). No
+    inference server stacks them."""
+    codings = (c.strip().lower() for c in headers.get_list("content-encoding", split_commas=True))
+    return [c for c in codings if c and c != "identity"]
 
-    httpx inflates each chunk whole before anything here can count it: one layer
-    of gzip is bounded by the chunk (64 KiB inflate to at most ~64 MiB), two are
-    not (a 1 KB answer inflates to gigabytes). No inference server stacks them.
-    """
-    codings = [
-        c.strip().lower()
-        for c in response.headers.get_list("content-encoding", split_commas=True)
-        if c.strip() and c.strip().lower() != "identity"
-    ]
+
+def _stacked_coding(response: httpx.Response) -> str | None:
+    """The ``Content-Encoding`` of ``response`` when it stacks codings (``content_codings``)."""
+    codings = content_codings(response.headers)
     return ", ".join(codings) if len(codings) > 1 else None
 
 

@@ -53,6 +53,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from structspec.backends.client import content_codings
 from structspec.files import JSONError, load_json
 from structspec.http.common import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -225,8 +226,8 @@ class ProxyApp:
         if self._auto_model is None:
             try:
                 async with self.client.stream("GET", "/v1/models", timeout=5.0) as r:
-                    if r.status_code != 200 or "," in r.headers.get("content-encoding", ""):
-                        return None  # stacked codings: see ``relay``
+                    if r.status_code != 200 or len(content_codings(r.headers)) > 1:
+                        return None
                     data = load_json(await self._read_answer(r, timeout=5.0)).get("data")
                 self._auto_model = str(data[0]["id"]) if data else None
             except (httpx.HTTPError, ApiError, JSONError, KeyError, TypeError, AttributeError):
@@ -320,10 +321,7 @@ class ProxyApp:
                 ),
             )
         encoding = upstream.headers.get("content-encoding", "")
-        codings = [c.strip().lower() for c in encoding.split(",") if c.strip()]
-        codings = [c for c in codings if c != "identity"]
-        # Stacked codings (``gzip, gzip``) are refused: httpx inflates a chunk whole, so two
-        # layers turn a few hundred bytes into gigabytes before any cap is looked at.
+        codings = content_codings(upstream.headers)
         if len(codings) > 1 or any(c not in DECODED_ENCODINGS for c in codings):
             await upstream.aclose()
             return self._backend_fails(
