@@ -35,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from structspec.backends.address import split_url
 from structspec.files import kept_cache_folder, read_json, write_atomic
 from structspec.model.gguf_file import is_gguf, read_header
 
@@ -96,20 +97,15 @@ def url_host(host: str) -> str:
                 "host: the usual ports are probed)"
             ) from None
         return f"[{bare}]"
-    problem = ""
     if not bare or not bare.isprintable() or any(c in bare for c in " /?#@[]\\"):
         problem = "it is empty or has a space or a URL character"
     else:
         try:
-            # What the resolver does with a name: a label over 63 characters or an
-            # empty one (``a..b``) could never be looked up.
-            bare.encode("idna")
-            httpx.URL(f"http://{bare}/")  # the client's own, stricter IDNA rules
-        except (UnicodeError, httpx.InvalidURL) as exc:
-            problem = str(exc)
-    if problem:
-        raise ValueError(f"--host {host[:80]!r} is not a host name or address: {problem}")
-    return bare
+            split_url(f"http://{bare}/")  # a backend URL's host rules (resolver, HTTP client)
+            return bare
+        except ValueError:
+            problem = "the resolver or the HTTP client would refuse the name"
+    raise ValueError(f"--host {host[:80]!r} is not a host name or address: {problem}")
 
 
 def _probe(name: str, port: int, host: str, timeout: float) -> Backend:
