@@ -638,3 +638,31 @@ def test_a_jump_into_a_warmed_top_takes_it_whatever_the_window_cap():
     assert built == [(0, 0)]
     model.truncate(0)  # nothing cached: a first window from a fresh cut
     assert choose_window(model, build, 5000, 1536, FIRST_WINDOW_MIN) is first
+
+
+async def test_prewarm_tokenizes_the_other_documents_a_request_would_not_wait_for():
+    """A request tokenizes at most ``corpus.REQUEST_CHARS`` of text (a large other
+    document waits); pre-warm tokenizes it and the draft sources index it, so the
+    next request finds it ready (``generate.prepare_drafts``)."""
+    from structspec.completion.corpus import REQUEST_CHARS
+
+    model = RecordingStandIn(n_ctx=4096, eos_bias=-3.0)
+    svc = make_service(model)
+    other = "".join(f"total_{i} = total_{i - 1} + step\n" for i in range(1, 1200))
+    assert len(other) > REQUEST_CHARS
+    svc.open_document("file:///p/other.py", "python", 1, other)
+    svc.open_document("file:///p/a.py", "python", 1, PY)
+    host = svc._worker.host
+    uri = "file:///p/other.py"
+
+    def indexed() -> bool:  # tokenized, then indexed by the lookup source (a.py's pre-warm)
+        entry = host.corpus._docs.get(uri)
+        if entry is None or host.engine is None:
+            return False
+        index = host.engine.sources[0]._corpus.get(id(entry[2]))  # the lookup source's
+        return index is not None and index[1].indexed == len(entry[2])
+
+    await wait_for(indexed)
+    assert host.corpus._docs[uri][0] == 1
+    svc.close()
+    assert svc.join()

@@ -305,3 +305,16 @@ def test_source_mutes_a_tier_through_observe() -> None:
     for _ in range(10):
         src.observe(first, 0)
     assert src.propose(context(model, text, "python")) is None and src.state == "muted"
+
+
+def test_prepare_makes_the_languages_tree_before_the_first_proposal() -> None:
+    """Idle time loads the grammar and compiles its queries (tens of ms for a large
+    one), so the first request in a language does not; without a language it does nothing."""
+    model = WordModel()
+    src = ASTShadowSource(model)
+    src.prepare(context(model, "x = 1\n", None), lambda: False)
+    assert src._trees == {}
+    src.prepare(context(model, "x = 1\n", "python"), lambda: True)  # stopped
+    assert src._trees == {}
+    src.prepare(context(model, "x = 1\n", "python"), lambda: False)
+    assert src._trees["python"] is not None

@@ -126,3 +126,37 @@ def test_a_long_earlier_match_strengthens_the_provenance():
 def test_a_corpus_copy_judges_the_provenance_in_its_own_sequence():
     d = LookupSource().propose(ctx([7, 8, 9], corpus=[[1, 8, 9, 10, 1, 8, 9, 10]]))
     assert d is not None and d.tokens == (10,) and d.provenance == "c"
+
+
+def test_a_large_new_corpus_is_indexed_a_slice_per_generation(monkeypatch) -> None:
+    """``propose`` is on the decode path: a new corpus of tens of thousands of tokens
+    (the first request after opening a dozen files) is indexed a slice per generation,
+    searched once whole; idle time (``prepare``) indexes the rest."""
+    from structspec.drafts import lookup
+
+    monkeypatch.setattr(lookup, "CORPUS_INDEX_PER_GENERATION", 100)
+    big = [20 + (i % 50) for i in range(250)] + [1, 8, 9, 10, 11]  # the match at its end
+    src = LookupSource()
+    assert src.propose(ctx([7, 8, 9], corpus=[big], generation=1)) is None  # 100 indexed
+    assert src._corpus[id(big)][1].indexed == 100
+    assert src.propose(ctx([7, 8, 9], corpus=[big], generation=2)) is None  # 200
+    d = src.propose(ctx([7, 8, 9], corpus=[big], generation=3))  # whole: searched
+    assert d is not None and d.tokens[:2] == (10, 11)
+
+    ready = LookupSource()
+    ready.prepare(ctx([7, 8, 9], corpus=[big]), lambda: False)
+    d = ready.propose(ctx([7, 8, 9], corpus=[big], generation=1))
+    assert d is not None and d.tokens[:2] == (10, 11)
+
+
+def test_prepare_stops_when_asked_and_goes_on_later(monkeypatch) -> None:
+    from structspec.drafts import lookup
+
+    monkeypatch.setattr(lookup, "PREPARE_SLICE", 64)
+    big = list(range(3, 300)) + [1, 8, 9, 10, 11]
+    src = LookupSource()
+    asked = []
+    src.prepare(ctx([7, 8, 9], corpus=[big]), lambda: asked.append(1) or len(asked) > 2)
+    assert src._corpus[id(big)][1].indexed == 128  # two slices, then stopped
+    src.prepare(ctx([7, 8, 9], corpus=[big]), lambda: False)
+    assert src._corpus[id(big)][1].indexed == len(big)

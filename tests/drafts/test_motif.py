@@ -181,3 +181,41 @@ def test_the_index_is_bounded_by_the_symbols_of_its_keys(words: WordModel, monke
         assert src._symbols >= held[-1]  # counted as added: at least what the keys hold
     assert max(held) <= 2_000 + 2 * 60 * 60  # the cap, and one line's keys past it
     assert any(b < a for a, b in zip(held, held[1:], strict=False))  # it started over
+
+
+def test_a_large_new_corpus_is_scanned_a_slice_per_generation(
+    words: WordModel, monkeypatch
+) -> None:
+    """A new corpus is scanned ``CORPUS_SCAN_PER_GENERATION`` tokens per generation
+    (``propose`` is on the decode path); ``prepare`` scans the rest at idle time."""
+    from structspec.drafts import motif
+
+    filler = words.tokenize("a = b\n" * 60, add_bos=False)
+    other = filler + words.tokenize("total = total + step\n", add_bos=False)
+    monkeypatch.setattr(motif, "CORPUS_SCAN_PER_GENERATION", len(filler) // 2)
+
+    def ask(src: MotifSource, generation: int) -> str | None:
+        toks = words.tokenize("count = count")
+        c = DraftContext(
+            model=words,
+            tokens=toks,
+            n_prompt=len(toks),
+            max_tokens=8,
+            language="python",
+            generation=generation,
+            corpus=[other],
+        )
+        d = src.propose(c)
+        return None if d is None else draft_text(words, d)
+
+    src = MotifSource(words, single_line_min=1)
+    assert ask(src, 1) is None  # the motif's line is not scanned yet
+    assert src._corpus[id(other)][1].pos == len(filler) // 2
+    assert ask(src, 2) is None
+    assert ask(src, 3) == " + step\n"
+
+    ready = MotifSource(words, single_line_min=1)
+    toks = words.tokenize("count = count")
+    c = DraftContext(words, toks, len(toks), language="python", corpus=[other])
+    ready.prepare(c, lambda: False)
+    assert ask(ready, 1) == " + step\n"

@@ -42,3 +42,36 @@ def test_max_tokens_larger_than_context_is_clamped():
 
 def test_fit_prompt_keeps_short_prompts():
     assert fit_prompt([0, 5, 6], 100, 10, 0) == ([0, 5, 6], 0, 10)
+
+
+def test_prepare_hands_the_inputs_to_the_sources_that_digest_them():
+    """``Engine.prepare`` (idle time) calls ``prepare`` of each source that has one
+    and the policy allows, with the generation's inputs; it stops when asked."""
+    from structspec.drafts.base import DraftContext, SourcePolicy
+
+    seen: list[tuple[str, list[int], list[list[int]], str | None]] = []
+
+    class Digests:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def propose(self, ctx: DraftContext) -> None:
+            return None
+
+        def observe(self, draft: object, accepted: int) -> None:
+            return None
+
+        def prepare(self, ctx: DraftContext, stop: object) -> None:
+            seen.append((self.name, ctx.tokens, [list(s) for s in ctx.corpus], ctx.language))
+
+    class Plain(Digests):
+        prepare = None  # type: ignore[assignment]
+
+    model = StandInModel(seed=1)
+    sources = [Digests("a"), Plain("b"), Digests("c")]
+    engine = Engine(model, sources, policy=lambda ctx: SourcePolicy(sources=frozenset({"a", "b"})))
+    engine.prepare([1, 2, 3], corpus=[[4, 5, 6]], language="python")
+    assert seen == [("a", [1, 2, 3], [[4, 5, 6]], "python")]
+    seen.clear()
+    engine.prepare([1, 2, 3], corpus=[[4, 5, 6]], stop=lambda: True)
+    assert seen == []

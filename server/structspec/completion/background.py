@@ -10,7 +10,9 @@ prefill chunks or two verification passes.
   the place of a request once it is answered (and its pre-generation done,
   after the same pause), is prefilled into a KV slot (``prewarm``). At that
   place the prompt a request would build comes first (a first window at a new
-  place, ``prompt.choose_window``), then the full window there, which the
+  place, ``prompt.choose_window``), and what the draft sources read for it is
+  made ready (``generate.prepare_drafts``: a request tokenizes and indexes
+  only a slice of a new corpus); then the full window there, which the
   document's kept cut moves to once it is cached (the window grows while the
   user reads). Then where the user is likely to go without telling us (no
   ``structspec/didMoveCursor``: Helix, Emacs, Sublime): a document that does
@@ -46,8 +48,10 @@ from structspec.completion.cache import Continuation, Extension, PendingSuggesti
 from structspec.completion.documents import Document, DocumentStore
 from structspec.completion.generate import (
     GENERATED_CONTEXT_TOKENS,
+    CompletionInput,
     build_prompt,
     continue_generation,
+    prepare_drafts,
 )
 from structspec.completion.host import KV_SLOTS
 from structspec.completion.jobs import Job, JobMaker, Session
@@ -329,7 +333,8 @@ class Background:
         if job.cancelled() or self._worker.closed or not inputs.settings.prefix_reuse:
             return
         try:
-            model = host.engine_for(inputs.settings).model
+            engine = host.engine_for(inputs.settings)
+            model = engine.model
             assert host.prompts is not None
             prompts, snippets, session = host.prompts, host.snippets, job.session
             settings = inputs.settings
@@ -348,6 +353,9 @@ class Background:
                 with interrupted_by(model, job.interrupt), warming:
                     return prefill_in_chunks(model, tokens, job.cancelled, rate=prompts.rate)
 
+            def ready(prompt: Prompt, there: CompletionInput = inputs) -> None:
+                prepare_drafts(engine, host.corpus, there, prompt, job.cancelled)
+
             covered = inputs.offset <= opening  # the top holds this place (an opened one's too)
             if opened:
                 session.cut = 0
@@ -356,11 +364,13 @@ class Background:
                 session.cut = prompt.cut
                 if not warm(prompt):
                     return
+                ready(prompt)
                 full = None if covered else build_prompt(prompts, snippets, inputs, None, full=True)
                 if full is not None and grows(prompt, full):  # (else the top grows it)
                     if not warm(full):
                         return
                     session.cut = full.cut  # typing on here now extends the full window
+                    ready(full)
                 self._stats.prewarmed += 1
             for at in elsewhere:
                 there = replace(inputs, offset=at)
@@ -383,6 +393,8 @@ class Background:
                     return
                 if covered:
                     session.cut = 0  # typing on here now extends the top
+                if opened:
+                    ready(top, there)
                 self._stats.prewarmed += 1
         except Exception:  # a failed pre-warm costs nothing but its time
             log.debug("pre-warm of %s failed", inputs.uri, exc_info=True)

@@ -262,6 +262,38 @@ def draft_inputs(
     return DraftInputs(tokens_corpus, suffix, recent)
 
 
+def prepare_drafts(
+    engine: Engine,
+    corpus: CorpusCache,
+    job: CompletionInput,
+    prompt: Prompt,
+    stop: Callable[[], bool],
+) -> None:
+    """Idle time: what a request with ``prompt`` hands the draft sources, made ready.
+
+    The corpus it would search is tokenized (``CorpusCache.prepare``) and the
+    sources digest it (``Engine.prepare``), so that request spends its time on
+    the model. Stops between pieces of work when ``stop()``.
+    """
+    settings = job.settings
+    if not settings.speculative:
+        return
+    lists: list[list[int]] = []
+    if editor_inputs(settings.source_names()).corpus:
+        found = corpus.prepare(
+            engine.model,
+            stop,
+            text=job.text,
+            cut=prompt.cut,
+            suffix_start=prompt.suffix_end,
+            others=job.others,
+        )
+        if found is None:
+            return
+        lists = found
+    engine.prepare(prompt.tokens, corpus=lists, language=job.language or None, stop=stop)
+
+
 def run_completion(
     engine: Engine,
     prompts: PromptBuilder,

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import codecs
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from structspec.drafts.ast_code import code_candidate
@@ -177,15 +177,25 @@ class ASTShadowSource(TimedPropose):
             return
         self._lex = LexState(lang)
         self._lex.feed(self._decoder.decode(data))
+        self._tree = self._tree_for(lang)
+        if self._tree is not None:
+            self._tree.reset(data, cut=cut)
+
+    def _tree_for(self, lang: LanguageSpec) -> ShadowTree | None:
+        """The language's shadow tree, made once (its grammar loaded, its queries compiled)."""
         if lang.name not in self._trees:
             try:
                 self._trees[lang.name] = ShadowTree(lang) if lang.grammar() is not None else None
             except Exception as exc:  # a broken query file: lexical state only
                 warnings.warn(f"ast source: no parse for {lang.name}: {exc}", stacklevel=2)
                 self._trees[lang.name] = None
-        self._tree = self._trees[lang.name]
-        if self._tree is not None:
-            self._tree.reset(data, cut=cut)
+        return self._trees[lang.name]
+
+    def prepare(self, ctx: DraftContext, stop: Callable[[], bool]) -> None:
+        """Idle time: load the buffer language's grammar and compile its queries (tens of ms)."""
+        lang = ctx.language_spec()
+        if lang is not None and self._table is not None and not stop():
+            self._tree_for(lang)
 
     def _sync(self, ctx: DraftContext) -> None:
         toks = ctx.tokens

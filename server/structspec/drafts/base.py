@@ -10,13 +10,20 @@ as often as it likes; it only costs time. A source is::
         def observe(self, draft: Draft, accepted: int) -> None: ...   # feedback
 
 ``propose`` must be fast (micro- to sub-millisecond): it runs once per
-verification pass, on the decode hot path.
+verification pass, on the decode hot path. A source whose inputs take longer
+to digest (a corpus to index, a grammar to load) digests a bounded slice of
+them per generation and offers the rest for idle time::
+
+        def prepare(self, ctx: DraftContext, stop: Callable[[], bool]) -> None: ...
+
+which digests what ``ctx`` holds until done or ``stop()`` (``Engine.prepare``
+calls it while no request waits: ``prepare_source`` below).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -174,6 +181,13 @@ class TimedPropose:
 
     def _propose(self, ctx: DraftContext) -> Draft | None:
         raise NotImplementedError
+
+
+def prepare_source(source: object, ctx: DraftContext, stop: Callable[[], bool]) -> None:
+    """``source.prepare(ctx, stop)`` where the source has idle-time work (see the docstring)."""
+    prepare = getattr(source, "prepare", None)
+    if callable(prepare):
+        prepare(ctx, stop)
 
 
 @runtime_checkable

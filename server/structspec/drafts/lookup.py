@@ -42,7 +42,7 @@ plain ``m2`` (``PRIORS`` below).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from structspec.drafts.base import Draft, DraftContext
@@ -58,6 +58,14 @@ _TIERS = (32, 16, 12, 8, 6, 4, 3, 2)
 #: length from which the judgement is the stronger ("C", "X").
 PROVENANCE_MATCH = 3
 PROVENANCE_LONG = 6
+
+#: Corpus tokens one generation indexes at most (about 0.6 µs each: 32 ms for
+#: a new corpus of 52,000 tokens on a 2-core EPYC, ``docs/MEASUREMENTS.md``
+#: §17). A corpus sequence is searched once it is indexed whole; the rest of a
+#: new corpus is indexed by later generations or at idle time (``prepare``).
+CORPUS_INDEX_PER_GENERATION = 16384
+#: Tokens ``prepare`` indexes between two looks at its ``stop``.
+PREPARE_SLICE = 8192
 
 #: Acceptance priors of the tiers for the planner: first-token acceptance
 #: measured on HumanEval greedy outputs of the default model ("x": conflict,
@@ -104,16 +112,20 @@ class _BigramIndex:
         #: the text up to that position, which does not change.
         self._provenance: dict[int, str] = {}
 
-    def extend(self, seq: Sequence[int]) -> None:
+    def extend(self, seq: Sequence[int], end: int | None = None) -> int:
+        """Index ``seq`` up to ``end`` (its end by default); how many tokens were indexed."""
+        end = len(seq) if end is None else min(end, len(seq))
+        start = self.indexed
         pos = self.positions
-        for p in range(max(1, self.indexed), len(seq)):
+        for p in range(max(1, start), end):
             key = (seq[p - 1], seq[p])
             bucket = pos.get(key)
             if bucket is None:
                 pos[key] = [p]
             else:
                 bucket.append(p)
-        self.indexed = len(seq)
+        self.indexed = max(start, end)
+        return self.indexed - start
 
     def provenance(self, seq: Sequence[int], q: int, max_candidates: int, max_match: int) -> str:
         """The ``Draft.provenance`` letter of ``seq[q]`` (``q`` indexed already)."""
@@ -162,16 +174,31 @@ class LookupSource:
         self._own = _BigramIndex()
         self._generation = -1
         self._corpus: dict[int, tuple[Sequence[int], _BigramIndex]] = {}
+        #: Corpus tokens this generation may still index (``CORPUS_INDEX_PER_GENERATION``).
+        self._budget = 0
 
-    def _index_for(self, seq: Sequence[int]) -> _BigramIndex:
+    def _index_for(self, seq: Sequence[int], most: int) -> tuple[_BigramIndex, int]:
+        """``seq``'s index with at most ``most`` more of its tokens indexed; how many were."""
         entry = self._corpus.get(id(seq))
         if entry is None or entry[0] is not seq or len(seq) < entry[1].indexed:
             if len(self._corpus) > 64:
                 self._corpus.clear()
             entry = (seq, _BigramIndex())
             self._corpus[id(seq)] = entry
-        entry[1].extend(seq)
-        return entry[1]
+        index = entry[1]
+        return index, index.extend(seq, index.indexed + most)
+
+    def _searchable(self, seq: Sequence[int]) -> _BigramIndex | None:
+        """``seq``'s index once it is whole, indexed within this generation's budget."""
+        index, done = self._index_for(seq, self._budget)
+        self._budget -= done
+        return index if index.indexed >= len(seq) else None
+
+    def prepare(self, ctx: DraftContext, stop: Callable[[], bool]) -> None:
+        """Idle time: index the corpus that generations index a slice each, until ``stop()``."""
+        for seq in ctx.corpus:
+            while len(seq) > 2 and not stop() and self._index_for(seq, PREPARE_SLICE)[1]:
+                pass
 
     def propose(self, ctx: DraftContext) -> Draft | None:
         toks = ctx.tokens
@@ -181,6 +208,7 @@ class LookupSource:
         if ctx.generation != self._generation:
             self._own = _BigramIndex()
             self._generation = ctx.generation
+            self._budget = CORPUS_INDEX_PER_GENERATION
         self._own.extend(toks)
         best_len, best_pos = 0, -1
         best_seq: Sequence[int] = toks
@@ -189,7 +217,10 @@ class LookupSource:
         occurrences: list[tuple[int, Sequence[int], int]] = []
         key = (toks[-2], toks[-1])
         searches: list[tuple[Sequence[int], _BigramIndex]] = [(toks, self._own)]
-        searches += [(seq, self._index_for(seq)) for seq in ctx.corpus if len(seq) > 2]
+        for seq in ctx.corpus:
+            index = self._searchable(seq) if len(seq) > 2 else None
+            if index is not None:
+                searches.append((seq, index))
         for seq, index in searches:
             cands = index.positions.get(key)
             if not cands:

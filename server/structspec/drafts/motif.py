@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -67,6 +67,14 @@ MAX_LINE = 40
 SINGLE_LINE_MIN = 5
 #: Index entries kept before the cache starts over (memory bound).
 MAX_ENTRIES = 200_000
+#: Corpus tokens one generation scans at most: ``propose`` runs on the decode
+#: path, and a new corpus (other buffers, the regions around a new place) is
+#: tens of thousands of tokens at about 2.3 µs each in this source's Python
+#: (120 ms for 52,000 tokens on a 2-core EPYC, ``docs/MEASUREMENTS.md`` §17).
+#: The rest is scanned by later generations or at idle time (``prepare``).
+CORPUS_SCAN_PER_GENERATION = 8192
+#: Tokens ``prepare`` scans between two looks at its ``stop``.
+PREPARE_SLICE = 4096
 #: Symbols held by the index keys before the cache starts over. A line of n
 #: tokens adds n keys of 1..n symbols (n*n/2 references), so the entry count
 #: alone let the index reach ~60 MB of objects (+200 MB RSS in ``serve``);
@@ -268,28 +276,45 @@ class MotifSource(TimedPropose):
         toks = ctx.tokens
         if self._key != (ctx.generation, id(toks)) or len(toks) < self._cur.pos:
             self._key = (ctx.generation, id(toks))
-            if ctx.language_spec() is not self._language:
-                # Symbols of different keyword lists do not compare: start over.
-                self._set_language(ctx.language_spec())
-                self._index.clear()
-                self._index2.clear()
-                self._seen.clear()
-                self._symbols = 0
-                self._corpus.clear()
+            self._use_language(ctx.language_spec())
             self._cur = _Cursor()
+            left = CORPUS_SCAN_PER_GENERATION
             for seq in ctx.corpus:
-                self._scan_corpus(seq)
+                if left <= 0:
+                    break
+                left -= self._scan_corpus(seq, left)
         # The pending token (last) may still change the line; scan up to it.
         self._scan(toks, self._cur, len(toks) - 1)
 
-    def _scan_corpus(self, seq: Sequence[int]) -> None:
+    def _use_language(self, language: LanguageSpec | None) -> None:
+        if language is not self._language:
+            # Symbols of different keyword lists do not compare: start over.
+            self._set_language(language)
+            self._index.clear()
+            self._index2.clear()
+            self._seen.clear()
+            self._symbols = 0
+            self._corpus.clear()
+
+    def _scan_corpus(self, seq: Sequence[int], most: int) -> int:
+        """Scan at most ``most`` more tokens of the corpus sequence ``seq``; how many were."""
         if len(self._corpus) > 64:
             self._corpus.clear()
         entry = self._corpus.get(id(seq))
         if entry is None or entry[0] is not seq or len(seq) < entry[1].pos:
             entry = (seq, _Cursor())
             self._corpus[id(seq)] = entry
-        self._scan(seq, entry[1], len(seq))
+        cur = entry[1]
+        start = cur.pos
+        self._scan(seq, cur, min(len(seq), start + most))
+        return cur.pos - start
+
+    def prepare(self, ctx: DraftContext, stop: Callable[[], bool]) -> None:
+        """Idle time: scan the corpus that generations scan a slice each, until ``stop()``."""
+        self._use_language(ctx.language_spec())
+        for seq in ctx.corpus:
+            while not stop() and self._scan_corpus(seq, PREPARE_SLICE):
+                pass
 
     # -- proposing -----------------------------------------------------------
     def _propose(self, ctx: DraftContext) -> Draft | None:

@@ -37,7 +37,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from structspec.drafts.base import Draft, DraftContext, DraftSource, SourcePolicy
+from structspec.drafts.base import (
+    Draft,
+    DraftContext,
+    DraftSource,
+    SourcePolicy,
+    prepare_source,
+)
 from structspec.engine.control import DraftPlanner, Plan, ThreadCosts
 from structspec.engine.healing import Healing, plan_healing
 from structspec.engine.sampling import Sampler, Sampling
@@ -186,6 +192,38 @@ class Engine:
             pass
         assert gen.result is not None
         return gen.result
+
+    def prepare(
+        self,
+        context_tokens: Sequence[int],
+        *,
+        corpus: Sequence[Sequence[int]] = (),
+        language: str | None = None,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Idle time: the draft sources digest what a generation will hand them, until ``stop()``.
+
+        A source indexes a new corpus a slice per generation (``propose`` is on
+        the decode path, ``drafts.base``); this indexes the rest, so that the
+        next generation given the same ``corpus`` lists finds them ready.
+        ``context_tokens``: the prompt such a generation would start from (an
+        unnamed buffer's language is sniffed from it). No output changes: only
+        where the work is done.
+        """
+        ctx = DraftContext(
+            model=self.model,
+            tokens=list(context_tokens),
+            n_prompt=len(context_tokens),
+            corpus=corpus,
+            language=language,
+        )
+        if self.policy is not None and self.sources:
+            ctx.policy = self.policy(ctx)
+        for source in self.sources:
+            if stop():
+                return
+            if ctx.policy.allows(source.name):
+                prepare_source(source, ctx, stop)
 
     def stream(
         self,
