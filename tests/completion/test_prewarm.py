@@ -666,3 +666,19 @@ async def test_prewarm_tokenizes_the_other_documents_a_request_would_not_wait_fo
     assert host.corpus._docs[uri][0] == 1
     svc.close()
     assert svc.join()
+
+
+async def test_a_failure_to_prepare_the_drafts_costs_the_prewarm_nothing_else():
+    class Failing(RecordingStandIn):
+        def tokenize(self, text: str, add_bos: bool = True) -> list[int]:
+            if "BOOM" in text:
+                raise RuntimeError("the tokenizer failed")
+            return super().tokenize(text, add_bos=add_bos)
+
+    model = Failing(n_ctx=4096, eos_bias=-3.0)
+    svc = make_service(model)
+    svc.open_document("file:///p/other.py", "python", 1, "BOOM = 1\n" * 50)
+    svc.open_document("file:///p/a.py", "python", 1, PY)
+    await wait_for(lambda: svc.stats.prewarmed == 1)  # the top, counted after its drafts
+    svc.close()
+    assert svc.join()

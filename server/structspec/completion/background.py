@@ -354,7 +354,10 @@ class Background:
                     return prefill_in_chunks(model, tokens, job.cancelled, rate=prompts.rate)
 
             def ready(prompt: Prompt, there: CompletionInput = inputs) -> None:
-                prepare_drafts(engine, host.corpus, there, prompt, job.cancelled)
+                try:  # drafts only: a failure here costs the pre-warm nothing else
+                    prepare_drafts(engine, host.corpus, there, prompt, job.cancelled)
+                except Exception:
+                    log.debug("preparing the drafts of %s failed", there.uri, exc_info=True)
 
             covered = inputs.offset <= opening  # the top holds this place (an opened one's too)
             if opened:
