@@ -12,7 +12,7 @@ unknown document is reported to the caller rather than raised.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from urllib.parse import unquote, urlparse
@@ -170,6 +170,79 @@ def _without_break(line: str) -> str:
 _EDITS_ONE_BY_ONE = 8
 
 
+def _exact_offsets(
+    doc: Document, positions: Sequence[tuple[int, int]], encoding: str
+) -> list[int] | None:
+    """Offsets of LSP positions in ascending order; ``None`` if one needs clamping.
+
+    Clamping: past the last line or its line's end, or inside a character. Each
+    position converts from the one before it on its line, so a line's
+    positions cost one pass over it (a Replace All on a minified line).
+    """
+    offsets: list[int] = []
+    line_no, base, column_at, index_at, text = -1, 0, 0, 0, ""
+    for line, column in positions:
+        if line != line_no:
+            if not 0 <= line < len(doc.line_starts()):
+                return None
+            start, end = doc.line_bounds(line)
+            line_no, base, column_at, index_at, text = line, start, 0, 0, doc.text[start:end]
+        step = column - column_at
+        if step < 0:
+            return None
+        segment = text[index_at : index_at + step]  # a character is at least one unit
+        index = column_to_index(segment, step, encoding)
+        if index_to_column(segment, index, encoding) != step:
+            return None
+        column_at, index_at = column, index_at + index
+        offsets.append(base + index_at)
+    return offsets
+
+
+def _apply_at_once(doc: Document, changes: Sequence[TextChange], encoding: str) -> bool:
+    """Apply ``changes`` in one pass over the text when each ends before the one before
+    it starts; ``False`` (nothing applied) for any other batch.
+
+    That is how editors send one operation's edits (VS Code's Replace All and
+    multi-cursor typing: the last in the document first), so that no edit
+    moves the positions of the ones after it: each position is read in the
+    text as it was, and the pieces between the edits are joined once. But
+    where an edit ends at a line start after a ``\\r`` and the edit before
+    starts there, a ``\\n`` that one writes would join the ``\\r`` and move
+    the line: such a batch, and one with positions that need clamping (past a
+    line's end, inside a character), is left to the edit-by-edit paths. On
+    one line of 220,000 characters, ``_Lines`` re-split the whole line per
+    edit: 2,857 edits took 8.8 s, 17.7 s with one non-ASCII character in it.
+    """
+    ranges = [change.range for change in changes]
+    if not ranges or any(r is None for r in ranges):
+        return False
+    ordered: list[tuple[int, int]] = []  # the positions in the text's order
+    for r in reversed(ranges):
+        assert r is not None
+        first, last = (r.start_line, r.start_column), (r.end_line, r.end_column)
+        if not (ordered[-1] if ordered else first) <= first <= last:
+            return False
+        ordered += (first, last)
+    offsets = _exact_offsets(doc, ordered, encoding)
+    if offsets is None:
+        return False
+    text = doc.text
+    pieces: list[str] = []
+    at = 0
+    for k, change in enumerate(reversed(changes)):
+        start, end = offsets[2 * k], offsets[2 * k + 1]
+        if k and start == at and text[at - 1 : at] == "\r":
+            return False  # (nothing is applied before the text is joined)
+        pieces += (text[at:start], change.text)
+        at = end
+    pieces.append(text[at:])
+    doc.text = "".join(pieces)
+    doc._line_starts = None
+    doc.edited_at = offsets[0] + len(changes[-1].text)  # the first in the text: nothing moved it
+    return True
+
+
 class _Lines:
     """A document's text as a list of lines while many edits of one ``didChange`` apply.
 
@@ -284,7 +357,9 @@ class DocumentStore:
         """Apply ``changes`` in order. Raises ``UnknownDocument`` for a URI not open.
 
         A few edits replace the text one by one; more (Replace All, many
-        cursors: thousands in one ``didChange``) go through ``_Lines``, so that
+        cursors: thousands in one ``didChange``) are applied in one pass over
+        the text when each ends before the one before it starts, as editors
+        send them (``_apply_at_once``), else go through ``_Lines``, so that
         each costs the lines it touches instead of a copy of the whole text.
         """
         doc = self._docs.get(uri)
@@ -292,7 +367,8 @@ class DocumentStore:
             raise UnknownDocument(uri)
         changes = list(changes)
         if len(changes) > _EDITS_ONE_BY_ONE:
-            _Lines.apply(doc, changes, self.encoding)
+            if not _apply_at_once(doc, changes, self.encoding):
+                _Lines.apply(doc, changes, self.encoding)
             doc.version = version
             return doc
         for change in changes:
