@@ -7,8 +7,8 @@ document only when its version changes, and returns the same list objects
 while nothing changed (the lookup source indexes a sequence once and keys its
 index by identity).
 
-Tokenizing is not free (about 1.3 ms per 1,000 characters with the default
-model on a 2-core EPYC, ``docs/MEASUREMENTS.md`` §17): the regions around a
+Tokenizing is not free (about 0.75 ms per 1,000 characters of code with the
+default model on a 2-core EPYC, ``docs/MEASUREMENTS.md`` §17): the regions around a
 new place are up to 128,000 characters, and a dozen open documents up to
 200,000 each. So a request tokenizes at most ``REQUEST_CHARS`` characters
 that nothing tokenized before: a region's part next to the window first,

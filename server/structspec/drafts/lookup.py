@@ -59,10 +59,11 @@ _TIERS = (32, 16, 12, 8, 6, 4, 3, 2)
 PROVENANCE_MATCH = 3
 PROVENANCE_LONG = 6
 
-#: Corpus tokens one generation indexes at most (about 0.6 µs each: 32 ms for
-#: a new corpus of 52,000 tokens on a 2-core EPYC, ``docs/MEASUREMENTS.md``
-#: §17). A corpus sequence is searched once it is indexed whole; the rest of a
-#: new corpus is indexed by later generations or at idle time (``prepare``).
+#: Corpus tokens one generation indexes at most (about 0.3 µs each on a 2-core
+#: EPYC, ``docs/MEASUREMENTS.md`` §17: a new corpus of five 40,000-character
+#: files is 60,000 tokens). A corpus sequence is searched once it is indexed
+#: whole; the rest of a new corpus is indexed by later generations or at idle
+#: time (``prepare``).
 CORPUS_INDEX_PER_GENERATION = 16384
 #: Tokens ``prepare`` indexes between two looks at its ``stop``.
 PREPARE_SLICE = 8192

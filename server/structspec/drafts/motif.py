@@ -69,8 +69,8 @@ SINGLE_LINE_MIN = 5
 MAX_ENTRIES = 200_000
 #: Corpus tokens one generation scans at most: ``propose`` runs on the decode
 #: path, and a new corpus (other buffers, the regions around a new place) is
-#: tens of thousands of tokens at about 2.3 µs each in this source's Python
-#: (120 ms for 52,000 tokens on a 2-core EPYC, ``docs/MEASUREMENTS.md`` §17).
+#: tens of thousands of tokens at about 2.6 µs each in this source's Python
+#: on a 2-core EPYC (``docs/MEASUREMENTS.md`` §17).
 #: The rest is scanned by later generations or at idle time (``prepare``).
 CORPUS_SCAN_PER_GENERATION = 8192
 #: Tokens ``prepare`` scans between two looks at its ``stop``.
