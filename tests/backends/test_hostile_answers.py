@@ -136,3 +136,20 @@ def test_a_stalled_metadata_request_costs_one_bounded_wait_once() -> None:
         stalled.set()
         assert done == ["add(3)"] * 3
         assert server.hits["GET /props"] == 1  # not asked again at every completion
+
+
+def test_a_null_error_and_a_stop_string_are_read_as_what_they_say() -> None:
+    """``"error": null`` is no error, and ``"stop": "false"`` (a string) ends nothing:
+    only a JSON ``true`` does."""
+
+    def raw(fields: dict[str, object]) -> bytes:
+        return b"data: " + json.dumps(fields).encode() + b"\n\n"
+
+    answer = sse(
+        raw({"content": "add", "error": None}),
+        raw({"content": "(3", "stop": "false"}),
+        raw({"content": ")", "stop": True}),
+        raw({"content": " never", "stop": False}),
+    )
+    with RawBackend(infill(b"".join(answer))) as server:
+        assert "".join(RemoteBackend(server.url + "/infill").stream(REQUEST)) == "add(3)"

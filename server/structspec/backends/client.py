@@ -652,7 +652,7 @@ def _parse(url: str, raw: bytes) -> dict[str, Any]:
         data = None
     if not isinstance(data, dict):
         raise BackendError(f"structspec: {url} sent a malformed answer: {raw[:80]!r}")
-    if "error" in data:
+    if data.get("error") is not None:  # (``"error": null`` is no error)
         raise BackendError(f"structspec: {url}: {_error_message(raw)}")
     return data
 
@@ -672,4 +672,4 @@ def _finished(protocol: str, data: dict[str, Any]) -> bool:
         choices = data.get("choices")
         first = choices[0] if isinstance(choices, list) and choices else None
         return isinstance(first, dict) and first.get("finish_reason") is not None
-    return bool(data.get("done" if protocol == "ollama" else "stop"))
+    return data.get("done" if protocol == "ollama" else "stop") is True  # not a "false" string
