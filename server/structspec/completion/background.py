@@ -346,14 +346,24 @@ class Background:
             if opened or opening == len(inputs.text):  # the top holds every place
                 elsewhere = ()
 
-            def warm(prompt: Prompt) -> bool:
+            def warm(prompt: Prompt, drafts: CompletionInput | None = None) -> bool:
+                """Evaluate ``prompt``, then what the draft sources read at ``drafts``' place.
+
+                The status says warming while a cold prompt is (and its drafts are)
+                made ready; the drafts alone say nothing (no suggestion waits on them).
+                """
                 tokens = prompt.tokens[:-1]
                 cold = reusable_prefix(model, tokens) < len(tokens)  # else nothing to say
                 warming = self._worker.warming(inputs.uri) if cold else contextlib.nullcontext()
-                with interrupted_by(model, job.interrupt), warming:
-                    return prefill_in_chunks(model, tokens, job.cancelled, rate=prompts.rate)
+                with warming:
+                    with interrupted_by(model, job.interrupt):
+                        if not prefill_in_chunks(model, tokens, job.cancelled, rate=prompts.rate):
+                            return False
+                    if drafts is not None:
+                        ready(prompt, drafts)
+                return True
 
-            def ready(prompt: Prompt, there: CompletionInput = inputs) -> None:
+            def ready(prompt: Prompt, there: CompletionInput) -> None:
                 try:  # drafts only: a failure here costs the pre-warm nothing else
                     prepare_drafts(engine, host.corpus, there, prompt, job.cancelled)
                 except Exception:
@@ -365,15 +375,13 @@ class Background:
             else:
                 prompt = build_prompt(prompts, snippets, inputs, session.cut)
                 session.cut = prompt.cut
-                if not warm(prompt):
+                if not warm(prompt, inputs):
                     return
-                ready(prompt)
                 full = None if covered else build_prompt(prompts, snippets, inputs, None, full=True)
                 if full is not None and grows(prompt, full):  # (else the top grows it)
-                    if not warm(full):
+                    if not warm(full, inputs):
                         return
                     session.cut = full.cut  # typing on here now extends the full window
-                    ready(full)
                 self._stats.prewarmed += 1
             for at in elsewhere:
                 there = replace(inputs, offset=at)
@@ -392,12 +400,10 @@ class Background:
                 top = build_prompt(
                     prompts, snippets, there, 0, full=True, window_tokens=top_room, top=True
                 )
-                if not warm(top):
+                if not warm(top, there if opened else None):
                     return
                 if covered:
                     session.cut = 0  # typing on here now extends the top
-                if opened:
-                    ready(top, there)
                 self._stats.prewarmed += 1
         except Exception:  # a failed pre-warm costs nothing but its time
             log.debug("pre-warm of %s failed", inputs.uri, exc_info=True)
