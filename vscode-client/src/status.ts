@@ -165,12 +165,14 @@ export function costLines(cost: ModelCost | undefined): string[] {
 }
 
 /**
- * The status bar view. `last` is the last status the server sent (its
- * metrics stay visible while idle); `detail` is the client's own message
- * for `error`, `off` and `stopped`.
+ * The status bar view. `status` is the last status the server sent (its
+ * metrics stay visible while idle, not once it is off or stopped); `detail`
+ * is the client's own message for `error`, `off` and `stopped`.
  */
-export function statusView(state: DisplayState, last: ServerStatus | undefined, detail?: string): StatusView {
+export function statusView(state: DisplayState, status: ServerStatus | undefined, detail?: string): StatusView {
   const lines: string[] = [];
+  // Off or stopped, no server runs: its last model and figures would say one does.
+  const last = state === 'off' || state === 'stopped' ? undefined : status;
   const model = modelName(last?.model);
   const metrics = formatMetrics(last);
   let text: string;

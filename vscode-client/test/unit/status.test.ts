@@ -66,6 +66,13 @@ describe('statusView', () => {
     const fresh = parseStatus({ state: 'idle', acceptance: 0, tokensPerSecond: null, stats: { shown: 0, accepted: 0 } });
     assert.equal(statusView('idle', fresh).text, '$(sparkle) structspec');
   });
+  test('off or stopped, the last server\'s model and figures are not shown', () => {
+    for (const state of ['off', 'stopped'] as const) {
+      const v = statusView(state, last);
+      assert.doesNotMatch(v.tooltip, /Model:|Last latency|Suggestions accepted|tokens\/s/);
+      assert.doesNotMatch(v.text, /tok\/s/);
+    }
+  });
   test('off and before any completion', () => {
     assert.equal(statusView('off', undefined).text, '$(circle-slash) structspec');
     assert.equal(statusView('idle', undefined).text, '$(sparkle) structspec');
