@@ -14,7 +14,8 @@ beside it. It prints, median over ``--repeat`` rounds:
   what every request paid before the budgets), *budgeted* (the request's
   ``corpus.REQUEST_CHARS`` and the sources' per-generation slices, nothing
   prepared), and *prepared* (pre-warm ran ``generate.prepare_drafts`` there
-  first: what a request after a pause pays).
+  first: its ``CorpusCache.prepare`` and ``Engine.prepare``; what a request
+  after a pause pays).
 
 Only drafts come from these inputs: none of this changes an answer.
 """
@@ -35,6 +36,7 @@ from structspec.drafts import motif as motif_module
 from structspec.drafts.base import DraftContext
 from structspec.drafts.lookup import LookupSource
 from structspec.drafts.motif import MotifSource
+from structspec.engine.decode import Engine
 from structspec.model.base import Model
 
 #: Standard-library modules: the first is edited, the others are open beside it.
@@ -81,8 +83,7 @@ def request_ms(model: Model, texts: list[str], way: str) -> float:
             model, lambda: False, text=text, cut=cut, suffix_start=cursor, others=others
         )
         assert lists is not None
-        for source in sources:
-            source.prepare(context(lists), lambda: False)
+        Engine(model, sources).prepare(window, corpus=lists, language="python")
     budget = None if way == "everything at once" else REQUEST_CHARS
     t0 = time.perf_counter()
     with whole_corpora() if way == "everything at once" else nullcontext():

@@ -70,7 +70,6 @@ class CorpusCache:
             self._model = model
             self._docs.clear()
             self._regions.clear()
-            self._wanted.clear()
 
     def _affordable(self, chars: int) -> bool:
         """Whether the ``collect`` in progress may tokenize ``chars`` more (then spent)."""
@@ -87,7 +86,8 @@ class CorpusCache:
         if entry is not None and entry[0] == snap.version and entry[1] == len(snap.text):
             return entry[2]
         if self._affordable(min(len(snap.text), MAX_DOC_CHARS)):
-            return self._keep_document(snap, model.tokenize(_doc_text(snap), add_bos=False))
+            tokens = model.tokenize(sanitize(_doc_head(snap)), add_bos=False)
+            return self._keep_document(snap, tokens)
         self._wanted.append(snap)
         return entry[2] if entry is not None else None
 
@@ -193,21 +193,20 @@ class CorpusCache:
 
         tokenized()
         for item in self._wanted:
+            piece_text = _doc_head(item) if isinstance(item, DocumentSnapshot) else item
+            tokens = _tokenize_pieces(model, piece_text, stop)
+            if tokens is None:
+                return None
             if isinstance(item, DocumentSnapshot):
-                tokens = _tokenize_pieces(model, _doc_text(item), stop)
-                if tokens is None:
-                    return None
                 self._keep_document(item, tokens)
             else:
-                tokens = _tokenize_pieces(model, item, stop)
-                if tokens is None:
-                    return None
                 self._keep_region(item, tokens)
         return tokenized()
 
 
-def _doc_text(snap: DocumentSnapshot) -> str:
-    return sanitize(snap.text[:MAX_DOC_CHARS])
+def _doc_head(snap: DocumentSnapshot) -> str:
+    """The part of another document that is searched (``MAX_DOC_CHARS``)."""
+    return snap.text[:MAX_DOC_CHARS]
 
 
 def _tokenize_pieces(model: Model, text: str, stop: Callable[[], bool]) -> list[int] | None:
