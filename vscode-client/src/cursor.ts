@@ -16,6 +16,19 @@ export const CURSOR_REST_MS = 250;
 /** A move this soon after an edit of the same document is the edit's own. */
 export const EDIT_SHADOW_MS = 100;
 
+/**
+ * URI schemes of the documents synced to the server: files, unsaved buffers
+ * and notebook cells (each cell a document of its own, as VS Code names it;
+ * the server reads no document from disk, so any scheme's text is what the
+ * editor sent). Their cursor is reported too (``reportsCursorIn``).
+ */
+export const SYNCED_SCHEMES: readonly string[] = ['file', 'untitled', 'vscode-notebook-cell'];
+
+/** A document of this URI scheme is synced, so its cursor is reported. */
+export function reportsCursorIn(scheme: string | undefined): boolean {
+  return scheme !== undefined && SYNCED_SCHEMES.includes(scheme);
+}
+
 export interface CursorPlace {
   uri: string;
   line: number;

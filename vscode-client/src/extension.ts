@@ -24,7 +24,7 @@ import {
   type LanguageClientOptions,
   type Message,
 } from 'vscode-languageclient/node';
-import { CURSOR_NOTIFICATION, cursorParams, CursorReporter, declareCursorReport, type CursorPlace } from './cursor';
+import { CURSOR_NOTIFICATION, cursorParams, CursorReporter, declareCursorReport, reportsCursorIn, SYNCED_SCHEMES, type CursorPlace } from './cursor';
 import {
   crashNotice,
   modelFailureLine,
@@ -388,9 +388,10 @@ class Controller implements vscode.Disposable {
       return c;
     };
     const clientOptions: LanguageClientOptions = {
-      // Every file and untitled buffer is synced: the server completes only the
-      // languages in structspec.languages, and reads other buffers as draft corpus.
-      documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
+      // Every file, untitled buffer and notebook cell is synced: the server
+      // completes only the languages in structspec.languages, and reads other
+      // buffers as draft corpus.
+      documentSelector: SYNCED_SCHEMES.map((scheme) => ({ scheme })),
       outputChannel: this.output,
       // structspec.trace.server logs the messages into the same log.
       traceOutputChannel: this.output,
@@ -618,8 +619,7 @@ class Controller implements vscode.Disposable {
   /** The selection of ``editor`` changed (or it became active). */
   cursorMoved(editor: vscode.TextEditor | undefined): void {
     const selection = editor?.selections.length === 1 ? editor.selections[0] : undefined;
-    const scheme = editor?.document.uri.scheme;
-    if (editor === undefined || selection === undefined || !selection.isEmpty || (scheme !== 'file' && scheme !== 'untitled')) {
+    if (editor === undefined || selection === undefined || !selection.isEmpty || !reportsCursorIn(editor.document.uri.scheme)) {
       return;
     }
     const at = selection.active;

@@ -1,7 +1,7 @@
 /** Unit tests of which cursor moves are reported for pre-warm. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { CURSOR_REST_MS, CursorPlace, cursorParams, CursorReporter, declareCursorReport, EDIT_SHADOW_MS } from '../../src/cursor';
+import { CURSOR_REST_MS, CursorPlace, cursorParams, CursorReporter, declareCursorReport, EDIT_SHADOW_MS, reportsCursorIn } from '../../src/cursor';
 
 function harness() {
   let clock = 0;
@@ -81,6 +81,17 @@ describe('declareCursorReport', () => {
       const caps: { experimental?: unknown } = { experimental: given };
       declareCursorReport(caps);
       assert.deepEqual(caps.experimental, { structspec: { didMoveCursor: true } });
+    }
+  });
+});
+
+describe('synced schemes', () => {
+  test('files, unsaved buffers and notebook cells report their cursor; other schemes do not', () => {
+    for (const scheme of ['file', 'untitled', 'vscode-notebook-cell']) {
+      assert.equal(reportsCursorIn(scheme), true, scheme);
+    }
+    for (const scheme of ['git', 'output', 'vscode-userdata', '', undefined]) {
+      assert.equal(reportsCursorIn(scheme), false, String(scheme));
     }
   });
 });
