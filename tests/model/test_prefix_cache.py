@@ -302,3 +302,45 @@ def test_a_chunked_prefill_after_a_restart_reads_the_whole_prompt_back(tmp_path)
     assert restarted.reusable_prefix(prompt) == len(prompt)
     assert not rate.measured  # every chunk was read back: none evaluated
     restarted.close()
+
+
+def test_entries_another_process_saves_or_evicts_are_seen(tmp_path):
+    """Two servers on one folder (two editor windows): each sees the other's saves and evictions."""
+    prompt = StandInModel().tokenize(TEXT)
+    reader = standin(tmp_path)
+    assert reader.prefix_cache.best(prompt) == (None, 0)  # its index is read: nothing saved
+    evaluate(standin(tmp_path), prompt)  # the other process saves
+
+    before = reader.prefilled_tokens
+    reader.prefill(prompt)
+    assert reader.prefix_cache.hits == 1 and reader.prefilled_tokens == before
+
+    for entry in tmp_path.glob("*.kv"):  # the other process evicts
+        entry.unlink()
+    fresh = standin(tmp_path)
+    evaluate(fresh, prompt)  # ... and saves again: a new entry, the same name
+    reader.truncate(0)
+    reader.prefill(prompt)
+    assert reader.prefix_cache.hits == 2 and reader.prefilled_tokens == before
+
+
+def test_a_folder_that_did_not_change_is_not_read_again(tmp_path, monkeypatch):
+    model = StandInModel()
+    evaluate(standin(tmp_path), model.tokenize(TEXT))
+    evaluate(standin(tmp_path, seed=1), model.tokenize(TEXT))  # another model's entry
+    cache = PrefixCache(tmp_path, model.identity())
+    reads: list[str] = []
+    real = PrefixCache._read_tokens
+
+    def counted(self, path):
+        if self is cache:
+            reads.append(path.name)
+        return real(self, path)
+
+    monkeypatch.setattr(PrefixCache, "_read_tokens", counted)
+    for _ in range(3):
+        assert cache.best(model.tokenize(TEXT))[1] == len(model.tokenize(TEXT))
+    assert len(reads) == 2  # each file's header once, this model's and the other's
+    evaluate(standin(tmp_path), model.tokenize("x = 1\n" + TEXT))  # a new entry
+    cache.best(model.tokenize(TEXT))
+    assert len(reads) == 3  # only the new one's

@@ -33,6 +33,9 @@ Rules, because the folder is outside structspec's control:
   other models' entries are left alone (the size cap evicts them in turn).
 - The folder is capped at ``max_bytes`` (least recently used entries go first:
   a hit renews the entry's modification time).
+- Several processes share it (two editor windows, ``structspec serve``): each
+  reads the folder's list again whenever it changed, so one's saves serve
+  the other and one's evictions are not looked for.
 
 The cache is model-agnostic: a model hands it the tokens and the bytes of its
 state (``LlamaModel``: llama.cpp's per-sequence state; the stand-in: nothing
@@ -107,8 +110,12 @@ class PrefixCache:
         self.model = model
         self.max_bytes = max_bytes
         #: This model's entries by file name, read from the folder (headers and
-        #: tokens only) on the first lookup.
+        #: tokens only) on the first lookup, and again where the folder changed.
         self._index: dict[str, Entry] | None = None
+        #: The folder's identity and modification time when ``_index`` was read.
+        self._seen: tuple[int, int] | None = None
+        #: Names in the folder that are not this model's entries (read once).
+        self._others: set[str] = set()
         self.hits = 0
         self.saves = 0
         self._warned = False
@@ -244,13 +251,36 @@ class PrefixCache:
             return []
 
     def _entries_index(self) -> dict[str, Entry]:
-        if self._index is None:
-            self._index = {}
-            for path in self._files():
+        """This model's entries, as the folder holds them now.
+
+        Another process (a second editor window, ``structspec serve``) saves and
+        evicts in the same folder. A folder's modification time changes with
+        every file created, renamed or removed in it, so it is read again only
+        then, and only new names' headers are read: a name is the digest of
+        its model and tokens, so a known name is a known entry (or another
+        model's).
+        """
+        try:
+            st = os.stat(self.folder)
+            seen: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
+        except OSError:
+            seen = None
+        if self._index is not None and seen == self._seen:
+            return self._index
+        known = self._index or {}
+        index: dict[str, Entry] = {}
+        others: set[str] = set()
+        for path in self._files():
+            entry = known.get(path.name)
+            if entry is None and path.name not in self._others:
                 tokens = self._read_tokens(path)
-                if tokens:
-                    self._index[path.name] = Entry(path, tokens)
-        return self._index
+                entry = Entry(path, tokens) if tokens else None
+            if entry is not None:
+                index[path.name] = entry
+            else:
+                others.add(path.name)
+        self._index, self._seen, self._others = index, seen, others
+        return index
 
     def _read_tokens(self, path: Path) -> tuple[int, ...] | None:
         """The tokens of ``path`` if it is this model's entry (the header and tokens only)."""
