@@ -23,11 +23,13 @@ time.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import ipaddress
 import json
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -108,49 +110,89 @@ def url_host(host: str) -> str:
     raise ValueError(f"--host {host[:80]!r} is not a host name or address: {problem}")
 
 
+#: Largest answer read from a probed port (a model list is a few kilobytes).
+PROBE_BYTES = 1 << 20
+
+
+class _Unanswered(Exception):
+    """A probed port's answer that is not one (too slow, too large)."""
+
+
+def _get(client: httpx.Client, url: str, path: str, timeout: float) -> tuple[int, bytes]:
+    """Status and body of ``GET url+path``, within ``timeout`` s in all and ``PROBE_BYTES``.
+
+    httpx's timeout bounds each read, not the answer: a server that drips a
+    byte at a time would hold the probe (and the first keystroke of a
+    ``backend = "auto"`` session) for as long as it likes.
+    """
+    deadline = time.monotonic() + timeout
+    with client.stream("GET", url + path) as r:
+        body = bytearray()
+        for chunk in r.iter_bytes():
+            body += chunk
+            if len(body) > PROBE_BYTES:
+                raise _Unanswered(f"GET {path} answered more than {PROBE_BYTES} bytes")
+            if time.monotonic() > deadline:
+                raise httpx.ReadTimeout(f"GET {path} took too long")
+        return r.status_code, bytes(body)
+
+
+def _listed(body: bytes, key: str) -> list[dict[str, Any]]:
+    """The objects of the list under ``key`` in a JSON object; ``ValueError`` if it is none."""
+    try:
+        data = json.loads(body)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    items = data.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise ValueError(f"{key!r} is not a list")
+    return [m for m in items if isinstance(m, dict)]
+
+
 def _probe(name: str, port: int, host: str, timeout: float) -> Backend:
+    """What answers on ``port``: each request within ``timeout`` s; any odd answer is an error."""
     url = f"http://{host}:{port}"
     b = Backend(name=name, port=port, url=url)
     try:
         with httpx.Client(timeout=timeout) as client:
             try:
-                r = client.get(f"{url}/v1/models")
+                status, body = _get(client, url, "/v1/models", timeout)
             except httpx.ConnectError:
                 return b  # nothing listens there
             b.running = True
             owner = ""
-            if r.status_code == 200:
+            if status == 200:
                 try:
-                    data = r.json().get("data") or []
-                    b.models = [str(m.get("id")) for m in data if isinstance(m, dict)]
-                    owner = next(
-                        (str(m.get("owned_by", "")) for m in data if isinstance(m, dict)), ""
-                    )
-                except (ValueError, AttributeError):
-                    b.error = "GET /v1/models did not return JSON"
+                    data = _listed(body, "data")
+                    b.models = [str(m.get("id")) for m in data]
+                    owner = next((str(m.get("owned_by", "")) for m in data), "")
+                except ValueError:
+                    b.error = "GET /v1/models did not return a model list"
             else:
-                b.error = f"GET /v1/models answered HTTP {r.status_code}"
+                b.error = f"GET /v1/models answered HTTP {status}"
             if port == 11434 and not b.models:
-                try:
-                    tags = client.get(f"{url}/api/tags").json().get("models") or []
-                    b.models = [str(m.get("name")) for m in tags if isinstance(m, dict)]
-                    owner = owner or "library"
-                    b.error = ""
-                except (httpx.HTTPError, ValueError, AttributeError):
-                    pass
+                with contextlib.suppress(httpx.HTTPError, _Unanswered, ValueError):
+                    status, body = _get(client, url, "/api/tags", timeout)
+                    if status == 200:
+                        b.models = [str(m.get("name")) for m in _listed(body, "models")]
+                        owner = owner or "library"
+                        b.error = ""
             b.server = OWNERS.get(owner, "")
             if not b.server:
-                try:
-                    m = client.get(f"{url}/metrics")
-                    if m.status_code == 200 and "structspec_info" in m.text:
+                with contextlib.suppress(httpx.HTTPError, _Unanswered):
+                    status, body = _get(client, url, "/metrics", timeout)
+                    if status == 200 and b"structspec_info" in body:
                         b.server = "structspec"
-                except httpx.HTTPError:
-                    pass
             b.server = b.server or f"{name} (by port)"
     except httpx.TimeoutException:
         b.running = True
         b.error = f"no answer within {timeout:g} s"
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, _Unanswered) as exc:
+        b.running = True  # something answered, not as a server does
         b.error = f"{type(exc).__name__}: {exc}"
     return b
 

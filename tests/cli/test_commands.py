@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
@@ -16,6 +17,7 @@ import httpx
 import numpy as np
 import pytest
 from tests.helpers.http_server import ServerThread
+from tests.helpers.raw_backend import RawBackend, http_answer
 
 from structspec.cli import main
 from structspec.detect import _probe, gguf_info, scan_gguf
@@ -224,6 +226,50 @@ def test_probe_recognises_servers(standin_server: ServerThread) -> None:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
     assert not _probe("dead", dead, "127.0.0.1", 0.5).running
+
+
+ODD_MODEL_LISTS = [
+    b'{"data": 5}',
+    b'{"data": true}',
+    b'{"data": "model"}',
+    b"[1, 2]",
+    b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # nested past Python's recursion
+    b"\xff\xfe not JSON",
+]
+
+
+@pytest.mark.parametrize("body", ODD_MODEL_LISTS, ids=range(len(ODD_MODEL_LISTS)))
+def test_probe_reads_an_odd_model_list_as_an_error(body: bytes) -> None:
+    """``backend = "auto"`` probes whatever listens on the usual ports: an odd answer is
+    a server that is not usable, never an exception (which failed every completion)."""
+    json_type = b"Content-Type: application/json"
+    with RawBackend(lambda method, path: http_answer("200 OK", body, json_type)) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        found = _probe("odd", port, "127.0.0.1", 2.0)
+    assert found.running and found.error and not found.usable
+
+
+def test_probe_bounds_a_dripping_or_endless_answer() -> None:
+    """httpx's timeout bounds each read: the probe bounds the whole answer, and its size."""
+
+    def drip(method: str, path: str) -> Iterator[bytes]:
+        yield b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        for _ in range(100):
+            time.sleep(0.2)  # each read well within the timeout
+            yield b" "
+
+    def endless(method: str, path: str) -> Iterator[bytes]:
+        yield b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
+        for _ in range(64):
+            yield b" " * (1 << 20)
+
+    for respond in (drip, endless):
+        with RawBackend(respond) as server:
+            port = int(server.url.rsplit(":", 1)[1])
+            t0 = time.monotonic()
+            found = _probe("slow", port, "127.0.0.1", 0.5)
+            assert time.monotonic() - t0 < 3.0  # the drip alone takes 20 s
+        assert found.running and found.error and not found.usable
 
 
 # -- status ---------------------------------------------------------------------------

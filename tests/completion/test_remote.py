@@ -254,6 +254,32 @@ def test_backend_auto_without_a_server_says_so_once(monkeypatch: pytest.MonkeyPa
     asyncio.run(scenario())
 
 
+def test_backend_auto_survives_a_probe_that_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A defect in the probe (an odd local server once raised TypeError there) costs the
+    suggestion and is looked at again later, never every request's error."""
+    import structspec.detect as detect
+
+    probes: list[int] = []
+
+    def failing_probe(*args: Any, **kwargs: Any) -> list[detect.Backend]:
+        probes.append(1)
+        raise TypeError("an odd model list")
+
+    monkeypatch.setattr(detect, "probe_backends", failing_probe)
+
+    async def scenario() -> None:
+        svc, _, messages = service("auto")
+        svc.open_document("u", "python", 1, TEXT)
+        assert await svc.complete(END) is None
+        assert await svc.complete(CompletionRequest("u", 4, 4, invoked=True)) is None
+        assert len(probes) == 1  # not again at each request
+        errors = [text for level, text in messages if level == "error"]
+        assert len(errors) == 1 and "backend auto found no inference server" in errors[0]
+        svc.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_never_ending_stream_is_cut_at_a_word_and_closed() -> None:
     async def scenario() -> None:
         behaviour = Behaviour(endless=True, chunk_delay=0.005)

@@ -185,7 +185,11 @@ class EngineHost:
         now = time.monotonic()
         if now < self._detect_after:
             return None
-        picked = detect.pick_backend(detect.probe_backends())
+        try:
+            picked = detect.pick_backend(detect.probe_backends())
+        except Exception:  # a defect in the probe: no backend, looked for again later
+            log.exception("backend auto: probing the local servers failed")
+            picked = None
         if picked is not None:
             self._detect_told = False
             return picked.url
@@ -210,10 +214,10 @@ class EngineHost:
         progress: Callable[[str], None] | None = None,
     ) -> Outcome:
         """One suggestion from the ``backend`` server (``RemoteCompleter.complete``)."""
-        remote = self.remote_for(job.settings)
-        if remote is None:
-            return Outcome(empty=EmptyReason.NO_MODEL)
         try:
+            remote = self.remote_for(job.settings)
+            if remote is None:
+                return Outcome(empty=EmptyReason.NO_MODEL)
             return remote.complete(job, cancelled=cancelled, progress=progress)
         except Exception:  # a bug must cost a suggestion, not the request
             log.exception("completion through %s failed", job.settings.backend)
