@@ -289,3 +289,19 @@ def test_fim_templates() -> None:
         parse_template("<X>{suffix}")
     with pytest.raises(ValueError, match="no other field"):
         parse_template("{prefix}{suffix}{middle}")
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "{prefix:x}{suffix}",
+        "{prefix:>300000000}{suffix}",
+        "{prefix!r}{suffix}",
+        "{prefix}{prefix}{suffix}",
+    ],
+)
+def test_a_fim_template_field_takes_no_format_and_comes_once(layout: str) -> None:
+    """Such a template passed the setting's check and then failed (or sent a Python repr,
+    or a 300 MB prompt) at every request."""
+    with pytest.raises(ValueError, match="fimTemplate"):
+        parse_template(layout)

@@ -21,6 +21,7 @@ from structspec.backends.client import (
     BackendUnreachable,
     RemoteBackend,
     RemoteRequest,
+    _retry_after,
 )
 
 REQUEST = RemoteRequest("x = ", "\n", 16, ("\n",), "file:///a.py")
@@ -146,10 +147,55 @@ def test_a_null_error_and_a_stop_string_are_read_as_what_they_say() -> None:
         return b"data: " + json.dumps(fields).encode() + b"\n\n"
 
     answer = sse(
-        raw({"content": "add", "error": None}),
+        raw({"content": "ad", "error": None}),
+        raw({"content": "d", "error": False}),
         raw({"content": "(3", "stop": "false"}),
         raw({"content": ")", "stop": True}),
         raw({"content": " never", "stop": False}),
     )
     with RawBackend(infill(b"".join(answer))) as server:
         assert "".join(RemoteBackend(server.url + "/infill").stream(REQUEST)) == "add(3)"
+
+
+def test_an_empty_finish_reason_ends_nothing() -> None:
+    """OpenAI-style servers that send ``"finish_reason": ""`` until the end were cut after
+    their first chunk."""
+
+    def chunk(text: str, reason: object) -> bytes:
+        return (
+            b"data: "
+            + json.dumps({"choices": [{"text": text, "finish_reason": reason}]}).encode()
+            + b"\n\n"
+        )
+
+    answer = b"".join(
+        sse(chunk("add", ""), chunk("(3)", "stop"), chunk(" never", None), b"data: [DONE]\n\n")
+    )
+
+    def respond(method: str, path: str) -> bytes:
+        return answer if method == "POST" and path == "/v1/completions" else NOT_HERE
+
+    with RawBackend(respond) as server:
+        assert "".join(RemoteBackend(server.url + "/v1").stream(REQUEST)) == "add(3)"
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("20", 20.0),
+        ("20, 20", 20.0),  # the header sent twice, joined
+        ("Thu, 01 Jan 1970 00:00:25 GMT", 25.0),  # an HTTP date, 25 s after "now"
+        ("Thu, 01 Jan 1970 00:59:00 GMT", 30.0),  # within the back-off's bound
+        ("soon", 1.0),
+        (None, 1.0),
+    ],
+)
+def test_retry_after_in_every_form_http_allows(value: str | None, seconds: float) -> None:
+    assert _retry_after(value, now=0.0) == seconds
+
+
+def test_a_redirect_says_where_it_leads() -> None:
+    moved = http_answer("307 Temporary Redirect", b"", b"Location: http://gpu-box:8080/infill")
+    leads = "redirect to 'http://gpu-box:8080/infill'"
+    with RawBackend(infill(moved)) as server, pytest.raises(BackendError, match=leads):
+        "".join(RemoteBackend(server.url + "/infill").stream(REQUEST))

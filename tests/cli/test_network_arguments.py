@@ -123,6 +123,8 @@ def test_serve_refuses_a_host_the_resolver_cannot_encode() -> None:
         ("http://" + "é" * 70 + ":8000", "no valid host name"),
         ("http://☃.com:8000", "no valid host name"),
         ("", "must be an http:// or https:// URL"),
+        ("http://alice:s3cret@127.0.0.1:8000", "user name or password"),
+        ("http://127.0.0.1:8000/v1?api-key=K", "has a query"),
     ],
 )
 def test_serve_refuses_a_backend_flag_like_the_setting(backend: str, needle: str) -> None:
@@ -134,6 +136,17 @@ def test_serve_refuses_a_backend_flag_like_the_setting(backend: str, needle: str
 def test_serve_refuses_a_backend_setting_with_a_bad_port() -> None:
     p = structspec("serve", "--port", str(_free_port()), STRUCTSPEC_BACKEND="http://127.0.0.1:abc")
     refused(p, "port must be a number from 1 to 65535")
+
+
+def test_a_backend_urls_password_is_never_shown() -> None:
+    for url in (
+        "http://alice:s3cret@127.0.0.1:8000",
+        "http://alice:s3cret@[",
+        "http://a:s3cret@h:99999",
+    ):
+        with pytest.raises(ValueError) as err:
+            split_url(url)
+        assert "s3cret" not in str(err.value)
 
 
 def test_split_url_keeps_good_urls() -> None:

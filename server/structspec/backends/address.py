@@ -6,6 +6,7 @@ settings with the same rules the client applies.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 #: ``backend = "auto"``: the first inference server ``structspec detect`` finds here.
@@ -21,9 +22,14 @@ PINNED_PATHS: dict[str, str] = {
 }
 
 
+#: A URL's user name and password (``scheme://user:password@host``).
+_USERINFO = re.compile(r"(?<=//)[^/?#]*@")
+
+
 def _short(value: str, limit: int = 80) -> str:
-    """``repr`` of ``value``, cut to ``limit`` characters (an error message stays one line)."""
-    text = repr(value)
+    """``repr`` of ``value`` with any password hidden, cut to ``limit`` characters (an error
+    message stays one line, and goes to logs)."""
+    text = repr(_USERINFO.sub("***@", value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -36,6 +42,15 @@ def split_url(url: str) -> tuple[str, str | None]:
         raise ValueError(f"backend {_short(url)} is not a URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"backend must be an http:// or https:// URL or auto, not {_short(url)}")
+    if "@" in parts.netloc:
+        # The HTTP client would send it as Basic credentials in place of backendApiKey,
+        # and the URL is shown in the status and every message.
+        raise ValueError(
+            f"backend {_short(url)} has a user name or password in it: set backendApiKey "
+            "(sent as a bearer token) instead"
+        )
+    if parts.query:
+        raise ValueError(f"backend {_short(url)} has a query (?...), which would not be sent")
     if not parts.hostname:
         raise ValueError(f"backend {_short(url)} names no host")
     try:

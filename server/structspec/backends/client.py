@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import re
 import ssl
 import time
@@ -103,12 +104,20 @@ class BackendBusy(BackendUnreachable):
     """The server is busy or rate-limits (429, 503): not asked again before its Retry-After."""
 
 
-def _retry_after(value: str | None) -> float:
-    """Seconds a ``Retry-After`` header (delta-seconds) asks for, within the back-off bounds."""
-    try:
-        seconds = float(value) if value is not None else BACKOFF_FIRST_S
-    except ValueError:
-        seconds = BACKOFF_FIRST_S
+def _retry_after(value: str | None, now: float | None = None) -> float:
+    """Seconds a ``Retry-After`` header asks for, within the back-off bounds.
+
+    Delta-seconds, or an HTTP date (``now``: the wall clock, for tests); a
+    header sent twice reaches here joined by a comma (``"20, 20"``).
+    """
+    seconds = BACKOFF_FIRST_S
+    if value is not None:
+        try:
+            seconds = float(value.split(",")[0])
+        except ValueError:
+            with contextlib.suppress(TypeError, ValueError, IndexError, OverflowError):
+                when = email.utils.parsedate_to_datetime(value.strip()).timestamp()
+                seconds = when - (time.time() if now is None else now)
     if seconds != seconds:  # NaN
         seconds = BACKOFF_FIRST_S
     return min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, seconds))
@@ -416,6 +425,12 @@ class RemoteBackend:
             if protocol == "infill" and status == 501:
                 return _Unavailable(status, f"the model at {url} has no FIM tokens ({message})")
             return _Unavailable(status, f"{url} answered {status}")
+        if 300 <= status < 400:  # not followed: the setting should name where it leads
+            location = repr(response.headers.get("location", "")[:200])
+            return BackendError(
+                f"structspec: {url} answered {status}, a redirect to {location}. Fix: set "
+                "`backend` to the URL it leads to"
+            )
         return BackendError(f"structspec: {url} answered {status}: {message}")
 
     # -- request bodies --------------------------------------------------------
@@ -589,9 +604,10 @@ async def _lines(url: str, response: httpx.Response) -> AsyncGenerator[bytes, No
             total += len(data)
             if total > MAX_RESPONSE:
                 raise BackendError(f"structspec: {url} sent more than {MAX_RESPONSE >> 20} MiB")
-            buffer += data
-            while (newline := buffer.find(b"\n")) >= 0:
-                line, buffer = buffer[:newline], buffer[newline + 1 :]
+            # One split per chunk: cutting each line off the buffer's front copied
+            # the rest every time (a megabyte of empty lines took seconds).
+            *lines, buffer = (buffer + data).split(b"\n")
+            for line in lines:
                 yield line.rstrip(b"\r")
             if len(buffer) > MAX_LINE:
                 raise BackendError(f"structspec: {url} sent a line over {MAX_LINE >> 10} KiB")
@@ -652,7 +668,7 @@ def _parse(url: str, raw: bytes) -> dict[str, Any]:
         data = None
     if not isinstance(data, dict):
         raise BackendError(f"structspec: {url} sent a malformed answer: {raw[:80]!r}")
-    if data.get("error") is not None:  # (``"error": null`` is no error)
+    if data.get("error"):  # (``"error": null``, ``false`` or ``""`` is no error)
         raise BackendError(f"structspec: {url}: {_error_message(raw)}")
     return data
 
@@ -671,5 +687,5 @@ def _finished(protocol: str, data: dict[str, Any]) -> bool:
     if protocol == "openai":
         choices = data.get("choices")
         first = choices[0] if isinstance(choices, list) and choices else None
-        return isinstance(first, dict) and first.get("finish_reason") is not None
+        return isinstance(first, dict) and bool(first.get("finish_reason"))  # not null, not ""
     return data.get("done" if protocol == "ollama" else "stop") is True  # not a "false" string

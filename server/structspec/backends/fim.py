@@ -53,13 +53,21 @@ FAMILIES: tuple[tuple[str, re.Pattern[str], str], ...] = (
 def parse_template(layout: str) -> FimTemplate:
     """The ``fimTemplate`` setting as a template; ``ValueError`` saying what is wrong."""
     try:
-        names = {name for _, name, _, _ in string.Formatter().parse(layout) if name is not None}
+        fields = [
+            (n, spec, conv)
+            for _, n, spec, conv in string.Formatter().parse(layout)
+            if n is not None
+        ]
     except ValueError as exc:
         raise ValueError(f"fimTemplate {layout!r} is not a template: {exc}") from None
-    if names != {"prefix", "suffix"}:
+    if sorted(name for name, _, _ in fields) != ["prefix", "suffix"]:
         raise ValueError(
-            f"fimTemplate must contain {{prefix}} and {{suffix}} and no other field, not {layout!r}"
+            f"fimTemplate must contain {{prefix}} and {{suffix}} once each and no other field, "
+            f"not {layout!r}"
         )
+    if any(spec or conv for _, spec, conv in fields):
+        # {prefix!r} would send a Python repr, {prefix:>300000000} a 300 MB prompt
+        raise ValueError(f"fimTemplate's fields take no conversion or format, not {layout!r}")
     return FimTemplate("fimTemplate", layout)
 
 
