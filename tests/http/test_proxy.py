@@ -8,11 +8,14 @@ GGUF, streaming and not, and measure what the proxy adds per streamed chunk.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -280,3 +283,57 @@ def test_proxy_in_front_of_llama_cpp_server(llama_server: str) -> None:
         snap = snapshot(httpx.get(proxy.url + "/metrics").text)
         print(f"proxy relay histogram p50: {snap.relay_p50_s}")
         assert report["chunks"] >= 3 * MAX
+
+
+class _SilentBackend:
+    """Accepts a request and never answers (a backend evaluating a long prompt); records
+    when the proxy closes the connection."""
+
+    def __init__(self, headers: bytes = b"") -> None:
+        self.headers = headers  # sent at once, then nothing more (an answer being written)
+        self.closed = threading.Event()
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self._sock.accept()
+        with conn:
+            conn.settimeout(30)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            if self.headers:
+                conn.sendall(self.headers)
+            with contextlib.suppress(OSError):
+                while conn.recv(65536):
+                    pass
+            self.closed.set()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        b"",
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b'5\r\n{"a":\r\n',
+    ],
+    ids=["before-headers", "mid-answer"],
+)
+def test_a_client_that_hangs_up_before_its_answer_closes_the_backends_request(
+    headers: bytes, stream: bool
+) -> None:
+    """Until the answer started, a client's hang-up left the backend generating for the
+    proxy's whole timeout (600 s)."""
+    backend = _SilentBackend(headers)
+    with ServerThread(create_proxy_app(backend.url)) as proxy:
+        body = json.dumps({"prompt": "x", "model": "m", "stream": stream}).encode()
+        host, port = proxy.url.split("//")[1].split(":")
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body) + body
+            )
+            time.sleep(0.5)
+        assert backend.closed.wait(10)

@@ -42,8 +42,8 @@ import contextlib
 import json
 import time
 import unicodedata
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
 import httpx
@@ -67,6 +67,8 @@ from structspec.http.common import (
 )
 from structspec.http.openai_api import ApiError
 from structspec.metrics import Metrics
+
+T = TypeVar("T")
 
 #: Request headers relayed to the backend; every other one (cookies, Host,
 #: X-Forwarded-*, hop-by-hop headers) stays here. ``Authorization`` is relayed
@@ -113,6 +115,9 @@ ANSWER_TIMEOUT_S = 600.0
 #: Longest line of a stream read to count tokens; a longer one is relayed but not
 #: counted (so an endless line costs no memory).
 MAX_EVENT_BYTES = 1024 * 1024
+#: Seconds between two looks at whether the client is still there while the
+#: backend has not answered (``_while_connected``).
+DISCONNECT_POLL_S = 0.25
 #: Largest token count taken from a backend's ``usage``; no backend's context
 #: holds more (positions are 32-bit integers). Anything else there is not counted.
 MAX_REPORTED_TOKENS = 2**31 - 1
@@ -296,8 +301,7 @@ class ProxyApp:
         except ApiError as err:
             return self._fail(endpoint, err)
         except ClientGone:
-            self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
-            return Response(status_code=499)
+            return self._client_gone(endpoint)
         outgoing = self.client.build_request(
             request.method,
             path,
@@ -306,7 +310,9 @@ class ProxyApp:
             headers=self._forwarded_headers(request),
         )
         try:
-            upstream = await self.client.send(outgoing, stream=True)
+            upstream = await _while_connected(request, self.client.send(outgoing, stream=True))
+        except ClientGone:
+            return self._client_gone(endpoint)
         except httpx.TimeoutException as exc:
             return self._backend_fails(endpoint, "timeout", self._timed_out(exc))
         except httpx.HTTPError as exc:
@@ -352,10 +358,16 @@ class ProxyApp:
             except BaseException:  # the stream is never read: its connection goes back now
                 await upstream.aclose()
                 raise
-        return await self._relay_whole(upstream, endpoint, t0, out_headers)
+        return await self._relay_whole(request, upstream, endpoint, t0, out_headers)
+
+    def _client_gone(self, endpoint: str) -> Response:
+        """The client hung up before its answer: the backend's request was closed."""
+        self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
+        return Response(status_code=499)
 
     async def _relay_whole(
         self,
+        request: Request,
         upstream: httpx.Response,
         endpoint: str,
         t0: float,
@@ -364,7 +376,11 @@ class ProxyApp:
         """A non-streamed answer, read whole within the cap and the time limit, then relayed."""
         status = upstream.status_code
         try:
-            content = await self._read_answer(upstream, timeout=self.answer_timeout)
+            content = await _while_connected(
+                request, self._read_answer(upstream, timeout=self.answer_timeout)
+            )
+        except ClientGone:
+            return self._client_gone(endpoint)
         except httpx.TimeoutException as exc:
             return self._backend_fails(endpoint, "timeout", self._timed_out(exc))
         except httpx.HTTPError as exc:
@@ -468,6 +484,31 @@ class ProxyApp:
             message = f"the backend {self.backend} broke off its answer: {broke}"
             error = {"message": message, "type": "server_error", "code": "backend_error"}
             yield b"\n\ndata: " + json.dumps({"error": error}).encode() + b"\n\n"
+
+
+async def _while_connected(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, or ``ClientGone`` once the client hangs up (``work`` cancelled).
+
+    Starlette cancels nothing when a client leaves before the answer starts: a
+    backend still evaluating a long prompt, or writing a non-streamed answer,
+    would go on for its whole timeout. Cancelling ``work`` closes its backend
+    connection, which tells the backend to stop. The request's body is read
+    whole before this (``_incoming``), so what the client sends next can only
+    be its disconnect.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise ClientGone
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 def _relayed_headers(upstream: httpx.Response) -> dict[str, str]:
