@@ -151,6 +151,20 @@ def test_header_and_sanitize():
 # -- what to suggest ------------------------------------------------------------
 
 
+@pytest.mark.parametrize("br", ["\n", "\r\n", "\r"])
+def test_the_cursors_line_ends_at_every_line_break_lsp_knows(br: str) -> None:
+    """With lone CR breaks the rest of the document was read as the cursor's line: an
+    accepted suggestion (which replaces the line's rest) wrote the next lines twice."""
+    text = br.join(["def f(a):", "", "    x = a + b", "    return x", ""])
+    ctx = CursorContext.at(text, text.index("a + ") + 4)
+    assert (ctx.line_prefix, ctx.line_suffix, ctx.previous_line) == (
+        "    x = a + ",
+        "b",
+        "def f(a):",
+    )
+    assert ctx.mode == LINE
+
+
 def test_modes():
     assert CursorContext.at("x = foo(", 8).mode == LINE
     assert CursorContext.at("def f():\n    ", 13).mode == BLOCK

@@ -79,6 +79,17 @@ def _opens_block(line: str) -> bool:
     return stripped.endswith(_OPENERS)
 
 
+def _line_start(text: str, offset: int) -> int:
+    """Where the line holding ``offset`` starts: after the last line break before it."""
+    return max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+
+
+def _line_end(text: str, offset: int) -> int:
+    """Where the line holding ``offset`` ends: at the first line break from it (or the end)."""
+    ends = [i for i in (text.find("\n", offset), text.find("\r", offset)) if i >= 0]
+    return min(ends, default=len(text))
+
+
 @dataclass(frozen=True)
 class CursorContext:
     """The text around a cursor that decides what to suggest.
@@ -95,25 +106,26 @@ class CursorContext:
 
     @classmethod
     def at(cls, text: str, offset: int, window: int = 2000) -> CursorContext:
-        """The context of ``offset`` in ``text`` (line breaks: ``\\n``, ``\\r\\n``)."""
+        """The context of ``offset`` in ``text`` (line breaks: ``\\n``, ``\\r\\n``, ``\\r``)."""
         offset = max(0, min(offset, len(text)))
-        start = text.rfind("\n", 0, offset) + 1
-        end = text.find("\n", offset)
-        end = len(text) if end < 0 else end
+        start = _line_start(text, offset)
         prefix = text[start:offset]
-        suffix = text[offset:end].rstrip("\r")
+        suffix = text[offset : _line_end(text, offset)]
         previous = ""
-        pos = start - 1
+        pos = start
         # Walk up at most a few hundred lines to find a non-blank one.
         for _ in range(200):
             if pos <= 0:
                 break
-            ls = text.rfind("\n", 0, pos) + 1
-            candidate = text[ls:pos].rstrip("\r")
+            end = pos - 1  # the line break before ``pos``, one character of it
+            if text[end] == "\n" and text.startswith("\r", end - 1) and end > 0:
+                end -= 1
+            ls = _line_start(text, end)
+            candidate = text[ls:end]
             if candidate.strip():
                 previous = candidate
                 break
-            pos = ls - 1
+            pos = ls
         return cls(prefix, suffix, previous, text[offset : offset + window])
 
     @property
