@@ -148,6 +148,32 @@ def _reference_units(ch: str, encoding: str) -> int:
     return 1
 
 
+def test_columns_of_long_lines_convert_as_the_specification_counts() -> None:
+    """UTF-16 columns are measured by the codec in pieces (a Python step per emoji cost half
+    a second at the end of a line of a million): columns at and around the pieces' ends."""
+    import random
+
+    from structspec.completion.documents import _UTF16_PIECE, column_to_index, index_to_column
+
+    rng = random.Random(11)
+    for _ in range(40):
+        alphabet = rng.choice([["a", "😀"], ["😀"], ["a", "\ud800", "\udc00", "😀", "é"]])
+        line = "".join(
+            rng.choice(alphabet) for _ in range(rng.randint(_UTF16_PIECE, 3 * _UTF16_PIECE))
+        )
+        units = [_reference_units(ch, "utf-16") for ch in line]
+        starts = [0]
+        for u in units:
+            starts.append(starts[-1] + u)
+        near = [k * _UTF16_PIECE + d for k in (1, 2, 3) for d in (-2, -1, 0, 1, 2)]
+        picks = near + [rng.randint(0, starts[-1] + 2) for _ in range(50)] + [starts[-1] + 1]
+        for column in picks:
+            i = next((j for j, before in enumerate(starts) if before >= column), len(line))
+            assert column_to_index(line, column, "utf-16") == (i if column > 0 else 0), column
+        for index in near + [len(line)]:
+            assert index_to_column(line, index, "utf-16") == starts[min(max(index, 0), len(line))]
+
+
 def test_columns_and_indexes_convert_as_the_specification_counts() -> None:
     """The conversions run at C speed over the line (a Python step per character cost
     0.2 s per conversion at the end of a 1 MB minified line with one accent); they must

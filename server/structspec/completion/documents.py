@@ -34,8 +34,6 @@ def uri_path(uri: str) -> str:
         return uri
 
 
-#: Characters outside the Basic Multilingual Plane: two UTF-16 code units each.
-_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 #: UTF-8 continuation bytes: every byte of a character but its first.
 _CONTINUATION = bytes(range(0x80, 0xC0))
 
@@ -55,18 +53,43 @@ def column_to_index(line: str, column: int, encoding: str) -> int:
         return min(column, len(line))
     head = line[:column]
     if encoding == UTF16:
-        extra = 0  # characters before the one looked at that take two units
-        for m in _ASTRAL.finditer(head):
-            units = m.start() + extra  # code units before this character
-            if units >= column:
-                break
-            if units + 2 >= column:  # the column is inside it or just after it
-                return m.start() + 1
-            extra += 1
-        return min(column - extra, len(line))
+        return _utf16_index(head, column)
     # UTF-8: the characters that start before byte ``column``.
     data = head.encode("utf-8", "surrogatepass")
     return len(data[:column].translate(None, _CONTINUATION))
+
+
+#: Characters measured at once by the codec in ``_utf16_index``.
+_UTF16_PIECE = 4096
+
+
+def _utf16_units(text: str) -> int:
+    """UTF-16 code units of ``text`` (a lone surrogate is one), counted by the codec."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _utf16_index(head: str, column: int) -> int:
+    """Index in ``head`` of UTF-16 column ``column`` (``head``: the line's first ``column``
+    characters, which hold at least ``column`` units if the line does).
+
+    Pieces are measured by the codec, and only the piece that holds the column
+    is walked a character at a time: a Python step per astral character (a line
+    of a million emoji) cost half a second per conversion.
+    """
+    units = start = 0
+    while start < len(head):
+        piece = head[start : start + _UTF16_PIECE]
+        width = _utf16_units(piece)
+        if units + width >= column:
+            for i, ch in enumerate(piece):
+                if units >= column:
+                    return start + i
+                units += 2 if ch >= "\U00010000" else 1
+                if units >= column:  # at its end, or inside it: the next character
+                    return start + i + 1
+        units += width
+        start += len(piece)
+    return len(head)
 
 
 def index_to_column(line: str, index: int, encoding: str) -> int:
@@ -76,7 +99,7 @@ def index_to_column(line: str, index: int, encoding: str) -> int:
         return index
     head = line[:index]
     if encoding == UTF16:
-        return index + len(_ASTRAL.findall(head))
+        return _utf16_units(head)
     return len(head.encode("utf-8", "surrogatepass"))
 
 
