@@ -218,3 +218,36 @@ def test_huge_lines_are_quoted_short():
     minified = "load_config(path);" * 50_000  # one 900 KB line
     found = best_windows(["cfg = load_config(path)"], [neighbour("file:///p/min.js", minified)])
     assert len(found) == 1 and len(found[0].text) == MAX_LINE_CHARS
+
+
+async def test_a_document_reopened_at_the_same_version_is_read_anew():
+    """Editors start a reopened file's version at 1 again: a cache keyed by the version kept
+    the closed file's old text in other documents' prompts."""
+    from structspec.completion.documents import Range, TextChange
+    from structspec.completion.service import CompletionRequest, CompletionService
+    from structspec.config import Settings
+
+    model = _Recording(n_ctx=4096, eos_bias=-3.0)
+    svc = CompletionService(
+        Settings(
+            model="standin", debounce_ms=0, max_tokens=4, sources=("lookup",), project_context=True
+        ),
+        open_model=lambda spec, **kw: model,
+    )
+    helpers = "file:///p/helpers.py"
+    svc.open_document(helpers, "python", 1, HELPERS)
+    text = "import x\n" * 30 + "cfg = load_config(path)\n"
+    svc.open_document("file:///p/a.py", "python", 1, text)
+    line = text.count("\n")
+    await wait_for(lambda: svc.stats.prewarmed == 1)  # the whole window, with its context
+    await svc.complete(CompletionRequest("file:///p/a.py", line, 0, invoked=True))
+    assert "def load_config(path):" in model.detokenize(model.prompts[-1])
+
+    svc.close_document(helpers)
+    svc.open_document(helpers, "python", 1, HELPERS.replace("parse_config", "parse_settings"))
+    svc.change_document("file:///p/a.py", 2, [TextChange("c", Range(line, 0, line, 0))])
+    await svc.complete(CompletionRequest("file:///p/a.py", line, 1, invoked=True))
+    prompt = model.detokenize(model.prompts[-1])
+    assert "return parse_settings(fh)" in prompt and "parse_config" not in prompt
+    svc.close()
+    assert svc.join()

@@ -49,7 +49,8 @@ class DocumentSnapshot:
     """What the corpus needs of an open document (taken on the event loop)."""
 
     uri: str
-    version: int
+    #: The document's ``revision`` (not the client's version, which restarts at a reopen).
+    revision: int
     text: str
 
 
@@ -83,7 +84,7 @@ class CorpusCache:
     def _document(self, model: Model, snap: DocumentSnapshot) -> list[int] | None:
         """``snap``'s tokens, or an earlier version's while it waits for ``prepare``."""
         entry = self._docs.get(snap.uri)
-        if entry is not None and entry[0] == snap.version and entry[1] == len(snap.text):
+        if entry is not None and entry[0] == snap.revision and entry[1] == len(snap.text):
             return entry[2]
         if self._affordable(min(len(snap.text), MAX_DOC_CHARS)):
             tokens = model.tokenize(sanitize(_doc_head(snap)), add_bos=False)
@@ -92,7 +93,7 @@ class CorpusCache:
         return entry[2] if entry is not None else None
 
     def _keep_document(self, snap: DocumentSnapshot, tokens: list[int]) -> list[int]:
-        self._docs[snap.uri] = (snap.version, len(snap.text), tokens)
+        self._docs[snap.uri] = (snap.revision, len(snap.text), tokens)
         return tokens
 
     def _region(self, model: Model, text: str, *, near_start: bool = False) -> list[int]:

@@ -11,6 +11,7 @@ unknown document is reported to the caller rather than raised.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -115,6 +116,10 @@ class Document:
     #: Offset just after the last incremental edit (where the user is typing),
     #: ``None`` until one arrives or after a full-text replacement.
     edited_at: int | None = field(default=None, repr=False)
+    #: Changes with every open and edit, in the whole store (``DocumentStore``):
+    #: what caches of the text are keyed by. The client's ``version`` is not
+    #: enough: editors start it again at 1 when a file is reopened.
+    revision: int = field(default=0, repr=False)
 
     def line_starts(self) -> list[int]:
         """Offsets where each line starts (computed once per text)."""
@@ -357,6 +362,7 @@ class DocumentStore:
     def __init__(self, encoding: str = UTF16) -> None:
         self.encoding = encoding if encoding in ENCODINGS else UTF16
         self._docs: dict[str, Document] = {}
+        self._revisions = itertools.count(1)
 
     def __contains__(self, uri: object) -> bool:
         return uri in self._docs
@@ -372,7 +378,7 @@ class DocumentStore:
 
     def open(self, uri: str, language: str, version: int, text: str) -> Document:
         """Open (or reopen, replacing) a document."""
-        doc = Document(uri, language or "", version, text)
+        doc = Document(uri, language or "", version, text, revision=next(self._revisions))
         self._docs[uri] = doc
         return doc
 
@@ -392,7 +398,7 @@ class DocumentStore:
         if len(changes) > _EDITS_ONE_BY_ONE:
             if not _apply_at_once(doc, changes, self.encoding):
                 _Lines.apply(doc, changes, self.encoding)
-            doc.version = version
+            doc.version, doc.revision = version, next(self._revisions)
             return doc
         for change in changes:
             if change.range is None:
@@ -404,7 +410,7 @@ class DocumentStore:
             start = doc.offset_at(r.start_line, r.start_column, self.encoding)
             end = doc.offset_at(r.end_line, r.end_column, self.encoding)
             doc.replace(start, end, change.text)
-        doc.version = version
+        doc.version, doc.revision = version, next(self._revisions)
         return doc
 
     def close(self, uri: str) -> bool:

@@ -207,7 +207,7 @@ def build_prompt(
     settings = job.settings
     context: list[Snippet] = []
     if settings.project_context:
-        neighbours = [Neighbour(o.uri, file_name(o.uri), o.version, o.text) for o in job.others]
+        neighbours = [Neighbour(o.uri, file_name(o.uri), o.revision, o.text) for o in job.others]
         context = snippets.choose(job.uri, job.text, job.offset, neighbours, top=top)
 
     def build(window_tokens: int, hint: int | None) -> Prompt:

@@ -222,7 +222,7 @@ class CompletionService:
         """A job for ``uri`` with snapshots of the other open documents (on the loop)."""
         doc = self.documents.get(uri)
         others = [
-            DocumentSnapshot(d.uri, d.version, d.text)
+            DocumentSnapshot(d.uri, d.revision, d.text)
             for u in self._recent
             if u != uri and (d := self.documents.get(u)) is not None
         ]

@@ -10,7 +10,7 @@ Stability is what makes this cheap: the snippets sit in the prompt before the
 window, so any change to them re-evaluates the whole window. ``SnippetChooser``
 therefore chooses again only when the cursor's line moves more than
 ``RECHOOSE_LINES`` lines from where they were chosen, or the set of other
-documents (or one of their versions) changes; while the user types in one
+documents (or one of their revisions) changes; while the user types in one
 place the same snippets come back and the KV cache keeps them. A document's
 *top* (its text from the start, pre-warmed so that a cursor anywhere in it
 finds its window cached) keeps the snippets chosen for it for every cursor in
@@ -62,7 +62,8 @@ class Neighbour:
 
     uri: str
     path: str
-    version: int
+    #: The document's ``revision`` (not the client's version, which restarts at a reopen).
+    revision: int
     text: str
 
 
@@ -112,18 +113,18 @@ def best_windows(
 
 
 #: A choice of snippets: the cursor's line it was made at, the hash of the other
-#: documents' versions then (``_versions``), and the snippets.
+#: documents' revisions then (``_revisions``), and the snippets.
 _Choice = tuple[int, int, list[Snippet]]
 
 
-def _versions(uri: str, neighbours: Sequence[Neighbour]) -> int:
-    """The other open documents' versions, as one number to compare.
+def _revisions(uri: str, neighbours: Sequence[Neighbour]) -> int:
+    """The other open documents' revisions, as one number to compare.
 
     A hash, not the pairs: each open document's choice would hold every other's
-    (URI, version), which grows with the square of the documents open (320,000
+    (URI, revision), which grows with the square of the documents open (320,000
     pairs, 20 MB, at 800). A collision (2^-64) costs a stale choice of context.
     """
-    return hash(tuple(sorted((n.uri, n.version) for n in neighbours if n.uri != uri)))
+    return hash(tuple(sorted((n.uri, n.revision) for n in neighbours if n.uri != uri)))
 
 
 class SnippetChooser:
@@ -131,7 +132,7 @@ class SnippetChooser:
 
     def __init__(self, rechoose_lines: int = RECHOOSE_LINES) -> None:
         self.rechoose_lines = rechoose_lines
-        # uri -> (line the choice was made at, neighbour versions, snippets)
+        # uri -> (line the choice was made at, neighbour revisions, snippets)
         self._chosen: dict[str, _Choice] = {}
         # uri -> the choice made for the document's top (at its last line)
         self._tops: dict[str, _Choice] = {}
@@ -154,14 +155,14 @@ class SnippetChooser:
         """
         line = text.count("\n", 0, offset)
         searched = [n for n in neighbours if n.uri != uri][:MAX_NEIGHBOURS]
-        versions = _versions(uri, searched)
+        revisions = _revisions(uri, searched)
         held = self._tops.get(uri)
-        if not top and held is not None and held[1] == versions and line <= held[0]:
+        if not top and held is not None and held[1] == revisions and line <= held[0]:
             return held[2]
         previous = self._chosen.get(uri)
         if (
             previous is not None
-            and previous[1] == versions
+            and previous[1] == revisions
             and abs(previous[0] - line) <= self.rechoose_lines
         ):
             snippets = previous[2]
@@ -172,7 +173,7 @@ class SnippetChooser:
             live = {n.uri for n in neighbours} | {uri}
             self._chosen = {u: c for u, c in self._chosen.items() if u in live}
             self._tops = {u: c for u, c in self._tops.items() if u in live}
-            self._chosen[uri] = (line, versions, snippets)
+            self._chosen[uri] = (line, revisions, snippets)
         if top:
-            self._tops[uri] = (line, versions, snippets)
+            self._tops[uri] = (line, revisions, snippets)
         return snippets
