@@ -79,6 +79,11 @@ MAX_RESPONSE = 8 << 20
 MAX_ERROR_BODY = 64 << 10
 #: How often a wait for the next chunk looks at ``stop`` (seconds).
 POLL_S = 0.02
+#: Seconds the end of an answer's body is waited for after its last event, so
+#: that its connection can serve the next request (an answer closed before its
+#: body's end closes the connection: a new one, and on https a new TLS
+#: handshake, for every completion). Servers end the body at once.
+DRAIN_S = 0.05
 #: Connect timeout; back-off after an unreachable server: first and longest wait.
 CONNECT_TIMEOUT_S = 3.0
 BACKOFF_FIRST_S = 1.0
@@ -362,15 +367,18 @@ class RemoteBackend:
                     self._note(f"structspec: {skipped}; using {TITLES[protocol]}")
                 self._note_missing_template()
                 answered = False  # an object of the protocol came (maybe without text)
-                async with contextlib.aclosing(_decode(protocol, url, response)) as objects:
-                    async for data in objects:
-                        if "content" in data or "choices" in data or "response" in data:
-                            answered = True
-                            text = _text_of(protocol, data)
-                            if text:
-                                yield text
-                        if _finished(protocol, data):
-                            return
+                async with contextlib.aclosing(_lines(url, response)) as lines:
+                    objects = _decode(protocol, url, _whole(response), lines)
+                    async with contextlib.aclosing(objects):
+                        async for data in objects:
+                            if "content" in data or "choices" in data or "response" in data:
+                                answered = True
+                                text = _text_of(protocol, data)
+                                if text:
+                                    yield text
+                            if _finished(protocol, data):
+                                break
+                    await _drain(lines)
                 if not answered:  # a web page, another API's JSON, an unknown coding...
                     kind = response.headers.get("content-type", "no Content-Type")
                     raise BackendError(
@@ -631,34 +639,47 @@ async def _read(response: httpx.Response, limit: int) -> bytes:
     return body[:limit]
 
 
-async def _decode(
-    protocol: str, url: str, response: httpx.Response
-) -> AsyncGenerator[dict[str, Any], None]:
-    """The JSON objects of a stream: SSE ``data:`` lines, NDJSON, or one JSON body."""
+def _whole(response: httpx.Response) -> bool:
+    """The answer is one JSON body (a server that ignored ``"stream": true``)."""
     kind = response.headers.get("content-type", "")
-    whole = "json" in kind and "ndjson" not in kind  # a server that ignored "stream": true
-    async with contextlib.aclosing(_lines(url, response)) as lines:
-        if whole:
-            body = b"".join([line + b"\n" async for line in lines])
-            yield _parse(url, body)
+    return "json" in kind and "ndjson" not in kind
+
+
+async def _drain(lines: AsyncIterator[bytes]) -> None:
+    """Read what is left of an answer, for at most ``DRAIN_S``, so that its connection
+    can be used again; whatever it holds or fails with is not part of the answer."""
+    with contextlib.suppress(TimeoutError, BackendError, httpx.HTTPError):
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in lines:
+                pass
+
+
+async def _decode(
+    protocol: str, url: str, whole: bool, lines: AsyncIterator[bytes]
+) -> AsyncGenerator[dict[str, Any], None]:
+    """The JSON objects of a stream's ``lines``: SSE ``data:`` lines, NDJSON, or one JSON
+    body (``whole``). The lines after the last object are left unread (``[DONE]``)."""
+    if whole:
+        body = b"".join([line + b"\n" async for line in lines])
+        yield _parse(url, body)
+        return
+    start = True
+    async for line in lines:
+        if start:  # a UTF-8 BOM before the first line is no part of it (SSE, NDJSON)
+            line, start = line.removeprefix(b"\xef\xbb\xbf"), False
+        if protocol == "ollama":
+            if line.strip():
+                yield _parse(url, line)
+            continue
+        if not line.startswith(b"data:"):
+            if line.startswith(b"error:"):  # llama-server's SSE error event
+                raise BackendError(f"structspec: {url}: {_error_message(line[6:])}")
+            continue  # blank separators, comments, event names
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
             return
-        start = True
-        async for line in lines:
-            if start:  # a UTF-8 BOM before the first line is no part of it (SSE, NDJSON)
-                line, start = line.removeprefix(b"\xef\xbb\xbf"), False
-            if protocol == "ollama":
-                if line.strip():
-                    yield _parse(url, line)
-                continue
-            if not line.startswith(b"data:"):
-                if line.startswith(b"error:"):  # llama-server's SSE error event
-                    raise BackendError(f"structspec: {url}: {_error_message(line[6:])}")
-                continue  # blank separators, comments, event names
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                return
-            if payload:  # an empty ``data:`` field carries nothing (SSE allows it)
-                yield _parse(url, payload)
+        if payload:  # an empty ``data:`` field carries nothing (SSE allows it)
+            yield _parse(url, payload)
 
 
 def _parse(url: str, raw: bytes) -> dict[str, Any]:
