@@ -337,3 +337,19 @@ def test_a_client_that_hangs_up_before_its_answer_closes_the_backends_request(
             )
             time.sleep(0.5)
         assert backend.closed.wait(10)
+
+
+def test_a_backend_redirect_is_not_relayed() -> None:
+    """A relayed Location would send the client to the backend's own host, around the proxy."""
+    from tests.helpers.raw_backend import RawBackend, http_answer
+
+    moved = http_answer(
+        "307 Temporary Redirect", b"", b"Location: http://10.0.0.7:8000/v1/completions"
+    )
+    with (
+        RawBackend(lambda method, path: moved) as backend,
+        ServerThread(create_proxy_app(backend.url)) as proxy,
+    ):
+        r = httpx.post(proxy.url + "/v1/completions", json={"prompt": "x", "model": "m"})
+    assert r.status_code == 502 and "location" not in r.headers
+    assert "redirect to 'http://10.0.0.7:8000/v1/completions'" in r.json()["error"]["message"]

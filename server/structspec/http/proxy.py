@@ -22,7 +22,9 @@ a 502, past the time a 504. Generated tokens are counted from the backend's
 ``usage`` when it reports a plausible one, else one per streamed content event;
 nothing a backend sends (malformed or deeply nested JSON, negative or infinite
 counts, endless lines) stops a relay or its metrics. A backend that cannot be
-reached is a 502, one that stops answering a 504.
+reached is a 502, one that stops answering a 504, one that redirects a 502
+naming where (its ``Location`` would lead the client around this server). A
+client that hangs up before its answer starts closes the backend's request.
 
 The backend is asked for uncompressed answers; one that compresses anyway with
 gzip or deflate is decoded here (its ``Content-Encoding`` is not relayed, so
@@ -340,6 +342,22 @@ class ProxyApp:
                     "uncompressed answers; one layer of gzip or deflate is decoded)",
                     kind="server_error",
                     code="backend_encoding",
+                ),
+            )
+        if 300 <= upstream.status_code < 400 and upstream.status_code != 304:
+            # Relayed, its Location would send the client to the backend's own host,
+            # around this server (and its key); the setting should name the target.
+            location = upstream.headers.get("location", "")[:200]
+            await upstream.aclose()
+            return self._backend_fails(
+                endpoint,
+                "redirect",
+                ApiError(
+                    502,
+                    f"the backend {self.backend} answered {upstream.status_code}, a redirect to "
+                    f"{location!r}: set --backend to the URL it leads to",
+                    kind="server_error",
+                    code="backend_redirect",
                 ),
             )
         out_headers = _relayed_headers(upstream)
