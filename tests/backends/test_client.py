@@ -6,14 +6,13 @@ and an OpenAI-compatible server document it; nothing of the client is mocked.
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 from tests.helpers.fake_backends import LLAMA, Behaviour, FakeBackend
+from tests.helpers.raw_backend import RawBackend
 
 from structspec.backends.address import split_url
 from structspec.backends.client import (
@@ -309,56 +308,6 @@ def test_a_fim_template_field_takes_no_format_and_comes_once(layout: str) -> Non
         parse_template(layout)
 
 
-class _KeepAliveServer:
-    """Answers every request on a connection with ``answer`` (chunked, kept alive), and
-    counts the connections opened; metadata requests get a 404."""
-
-    def __init__(self, answer: bytes) -> None:
-        self.answer = answer
-        self.connections = 0
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn, contextlib.suppress(OSError):
-            data = b""
-            while True:
-                while b"\r\n\r\n" not in data:
-                    more = conn.recv(65536)
-                    if not more:
-                        return
-                    data += more
-                head, _, data = data.partition(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":")[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length:")
-                    ),
-                    0,
-                )
-                while len(data) < length:
-                    data += conn.recv(65536)
-                data = data[length:]
-                if head.startswith(b"POST"):
-                    conn.sendall(self.answer)
-                else:
-                    conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-
-    def close(self) -> None:
-        self._sock.close()
-
-
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
@@ -384,13 +333,16 @@ def test_one_connection_serves_every_completion(path: str, events: list[bytes]) 
     head = (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     )
-    server = _KeepAliveServer(head + b"".join(_chunk(e) for e in events) + b"0\r\n\r\n")
-    try:
+    answer = head + b"".join(_chunk(e) for e in events) + b"0\r\n\r\n"
+    not_here = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+
+    def respond(method: str, path: str) -> bytes:
+        return answer if method == "POST" else not_here
+
+    with RawBackend(respond, keep_alive=True) as server:
         backend = RemoteBackend(server.url + path, model="m")
         assert "".join(backend.stream(REQUEST)) == "ab"  # (metadata asked beside it)
         opened = server.connections
         assert ["".join(backend.stream(REQUEST)) for _ in range(4)] == ["ab"] * 4
         backend.close()
         assert server.connections == opened
-    finally:
-        server.close()
