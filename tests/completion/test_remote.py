@@ -280,6 +280,29 @@ def test_backend_auto_survives_a_probe_that_fails(monkeypatch: pytest.MonkeyPatc
     asyncio.run(scenario())
 
 
+def test_backend_auto_says_what_answered_on_a_port_and_how(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port that answers, but not as an inference server, is named in the message."""
+    from tests.helpers.raw_backend import RawBackend, http_answer
+
+    import structspec.detect as detect
+
+    odd = http_answer("200 OK", b'{"data": 5}', b"Content-Type: application/json")
+    with RawBackend(lambda method, path: odd) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        monkeypatch.setattr(detect, "KNOWN_BACKENDS", (("vLLM", port),))
+
+        async def scenario() -> None:
+            svc, _, messages = service("auto")
+            svc.open_document("u", "python", 1, TEXT)
+            assert await svc.complete(END) is None
+            errors = [text for level, text in messages if level == "error"]
+            assert len(errors) == 1
+            assert f":{port} answered, but GET /v1/models did not return a model list" in errors[0]
+            svc.close()
+
+        asyncio.run(scenario())
+
+
 def test_a_never_ending_stream_is_cut_at_a_word_and_closed() -> None:
     async def scenario() -> None:
         behaviour = Behaviour(endless=True, chunk_delay=0.005)

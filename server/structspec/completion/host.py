@@ -186,10 +186,11 @@ class EngineHost:
         if now < self._detect_after:
             return None
         try:
-            picked = detect.pick_backend(detect.probe_backends())
+            found = detect.probe_backends()
         except Exception:  # a defect in the probe: no backend, looked for again later
             log.exception("backend auto: probing the local servers failed")
-            picked = None
+            found = []
+        picked = detect.pick_backend(found)
         if picked is not None:
             self._detect_told = False
             return picked.url
@@ -197,10 +198,11 @@ class EngineHost:
         if not self._detect_told:
             self._detect_told = True
             ports = ", ".join(f"{name} :{port}" for name, port in detect.KNOWN_BACKENDS)
+            odd = "; ".join(f":{b.port} answered, but {b.error}" for b in found if b.error)
             self._detect_message = (
-                f"structspec: backend auto found no inference server on this machine ({ports}); "
-                f"looking again every {DETECT_RETRY_S:.0f} s. Fix: start one, or set `backend` "
-                "to its URL"
+                f"structspec: backend auto found no inference server on this machine ({ports})"
+                f"{f' ({odd})' if odd else ''}; looking again every {DETECT_RETRY_S:.0f} s. "
+                "Fix: start one, or set `backend` to its URL"
             )
             log.warning("%s", self._detect_message)
             self._on_failed(self._detect_message)
