@@ -549,3 +549,40 @@ def test_latest_generations_are_kept_for_recycling_and_dropped_with_the_model():
     assert second is not None and len(kept) == 2  # newest first: the second, then the cut one
     assert all(len(g) > 1 for g in kept) and kept[0] != kept[1]
     assert after == []
+
+
+def test_a_model_change_drops_the_old_models_suggestions():
+    """The old model's suggestion at a place (and its pre-generation past it) was still
+    served after the ``model`` setting changed."""
+    text = "def add(a, b):\n    return "
+
+    def service(model: str) -> CompletionService:
+        return CompletionService(
+            Settings(model=model, debounce_ms=0, max_tokens=16, sources=("lookup",)),
+            open_model=lambda spec, **kw: StandInModel(seed=int(spec.split(":")[1]), eos_bias=-3.0),
+        )
+
+    async def answer(svc: CompletionService) -> str | None:
+        got = await svc.complete(CompletionRequest("u", 1, 11))
+        return got.text if got is not None else None
+
+    async def fresh(model: str) -> str | None:
+        svc = service(model)
+        svc.open_document("u", "python", 1, text)
+        got = await answer(svc)
+        svc.close()
+        return got
+
+    async def switched() -> tuple[str | None, str | None]:
+        svc = service("standin:1")
+        svc.open_document("u", "python", 1, text)
+        before = await answer(svc)
+        await asyncio.sleep(0.2)  # pre-generation writes past it
+        svc.configure(Settings(**{**vars(svc.settings), "model": "standin:2"}))
+        after = await answer(svc)
+        svc.close()
+        return before, after
+
+    one, two = run(fresh("standin:1")), run(fresh("standin:2"))
+    assert one != two
+    assert run(switched()) == (one, two)

@@ -261,9 +261,12 @@ class CompletionService:
         loads them in the worker now rather than on the next request; other
         settings cost nothing.
         """
-        if settings.model != self._given.model:
+        if model_key(settings) != model_key(self._given):
             for session in self._sessions.values():
-                session.recent.clear()  # token ids of another model
+                # Another model's: its suggestion (with the token ids pre-generation
+                # would go on from) and its latest generations (the drafts' input).
+                session.pending = None
+                session.recent.clear()
         self._given, self._explicit = settings, frozenset(explicit)
         if self._warm_keys != (model_key(settings), engine_key(settings)):
             self.start()
