@@ -303,7 +303,7 @@ def find_gguf_files(
                 real = path.resolve()
                 if real in seen or not real.is_file():
                     continue
-            except OSError:
+            except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
                 continue
             if label == "ollama" and not is_gguf(real):
                 continue  # Ollama's blobs also hold templates, licences, params

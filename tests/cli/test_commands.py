@@ -335,3 +335,22 @@ def test_serve_rejects_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
     code, _, err = run_cli(capsys, "serve", "--port", "70000")
     assert code == 2 and "--port" in err
+
+
+def test_detect_prints_what_files_hold_as_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Metadata and names are shown, never read as rich markup (``[/bold]`` failed the
+    command) or as the terminal's escape sequences; a symlink loop is skipped."""
+    folder = tmp_path / "models"
+    write_gguf(folder / "markup.gguf", arch="[/bold]")
+    write_gguf(folder / "escape.gguf", arch="\x1b]0;title\x07\x1b[2Jllama")
+    write_gguf(folder / "odd[" / "x]" / "named.gguf")
+    (folder / "a.gguf").symlink_to(folder / "b.gguf")
+    (folder / "b.gguf").symlink_to(folder / "a.gguf")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("STRUCTSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    code, out, _ = run_cli(capsys, "detect", "--timeout", "0.1", "--path", str(folder))
+    assert code == 0
+    assert "[/bold]" in out and "\x1b" not in out
+    assert "named.gguf" in out and "x]" in out
