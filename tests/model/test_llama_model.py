@@ -35,6 +35,24 @@ def test_directory(tmp_path):
         check_gguf_file(tmp_path)
 
 
+def test_paths_no_file_can_have_are_clear_errors(tmp_path):
+    """A home of no user raised RuntimeError, a name too long OSError (repeating all of it),
+    and a symlink loop read as "not found"."""
+    (tmp_path / "a.gguf").symlink_to(tmp_path / "b.gguf")
+    (tmp_path / "b.gguf").symlink_to(tmp_path / "a.gguf")
+    cases = [
+        ("~no-such-user-here/x.gguf", "home folder that does not exist"),
+        ("/" + "x" * 5000 + ".gguf", "cannot open model file"),
+        (str(tmp_path / "a.gguf"), "cannot open model file .*symbolic links"),
+        ("a\x00b.gguf", "not a file name"),
+        (str(tmp_path / "missing.gguf"), "model file not found"),
+    ]
+    for path, message in cases:
+        with pytest.raises(ModelError, match=message) as err:
+            check_gguf_file(path)
+        assert len(str(err.value)) < 300
+
+
 class _Package:
     """The default model's package as it behaves: its file written in place, checked."""
 

@@ -21,22 +21,39 @@ Announce = Callable[[str], None]
 
 def check_gguf_file(path: str | os.PathLike[str]) -> Path:
     """Return ``path`` if it is a readable GGUF file, else raise ``ModelError`` naming it."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise ModelError(f"model file not found: {p}")
-    if p.is_dir():
-        raise ModelError(f"model path is a directory, not a GGUF file: {p}")
+    try:
+        p = Path(path).expanduser()
+    except RuntimeError:  # ``~name`` of no user, or no home folder at all
+        raise ModelError(
+            f"model path names a home folder that does not exist: {_shown(path)}"
+        ) from None
+    try:
+        is_dir = p.stat() and p.is_dir()
+    except FileNotFoundError:
+        raise ModelError(f"model file not found: {_shown(p)}") from None
+    except OSError as exc:  # a symlink loop, a name too long, a file where a folder should be
+        raise ModelError(f"cannot open model file {_shown(p)}: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL character
+        raise ModelError(f"model path is not a file name: {_shown(repr(str(p)))}") from None
+    if is_dir:
+        raise ModelError(f"model path is a directory, not a GGUF file: {_shown(p)}")
     try:
         magic = read_magic(p)
     except GGUFError:
         raise ModelError(
-            f"model path is not a regular file (a FIFO, socket or device?): {p}"
+            f"model path is not a regular file (a FIFO, socket or device?): {_shown(p)}"
         ) from None
     except OSError as exc:
-        raise ModelError(f"cannot read model file {p}: {exc.strerror or exc}") from None
+        raise ModelError(f"cannot read model file {_shown(p)}: {exc.strerror or exc}") from None
     if magic != MAGIC:
-        raise ModelError(f"not a GGUF model file: {p}")
+        raise ModelError(f"not a GGUF model file: {_shown(p)}")
     return p
+
+
+def _shown(path: str | os.PathLike[str], limit: int = 200) -> str:
+    """``path`` as a message shows it: at most ``limit`` characters, its end kept."""
+    text = os.fspath(path)
+    return text if len(text) <= limit else "..." + text[-(limit - 3) :]
 
 
 def default_model_path(announce: Announce | None = None) -> Path:
