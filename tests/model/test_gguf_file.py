@@ -141,3 +141,42 @@ def test_only_regular_files_are_read_and_a_fifo_never_blocks(tmp_path):
     with pytest.raises(FileNotFoundError):
         read_magic(tmp_path / "missing.gguf")
     assert is_gguf(_write(tmp_path / "tiny.gguf"))
+
+
+@pytest.mark.parametrize("block", [8, 9, 23, 1 << 20])
+def test_a_skipped_string_array_ends_where_a_read_one_does(tmp_path, monkeypatch, block):
+    """Skipping reads the file a block at a time (a read and a seek per string cost 0.4 s
+    per model load): strings across blocks' ends, longer than a block, and empty ones."""
+    import random
+
+    from structspec.model import gguf_file
+
+    monkeypatch.setattr(gguf_file, "SKIP_BLOCK", block)
+    rng = random.Random(block)
+    tokens = [
+        "".join(rng.choice("ab€😀") for _ in range(rng.choice([0, 1, 3, 40]))) for _ in range(500)
+    ]
+    w = gguf.GGUFWriter(str(tmp_path / "t.gguf"), "llama")
+    w.add_token_list(tokens)
+    w.add_array("general.tags", ["x" * 100, "", "y"])
+    w.add_tensor("output_norm.weight", np.ones(8, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    skipped = read_header(tmp_path / "t.gguf")
+    read = read_header(tmp_path / "t.gguf", arrays=("tokenizer.ggml.tokens", "general.tags"))
+    assert read.arrays["tokenizer.ggml.tokens"].items == tokens
+    assert skipped.arrays["tokenizer.ggml.tokens"].count == len(tokens)
+    assert (skipped.table_start, skipped.data_start) == (read.table_start, read.data_start)
+    assert skipped.tensors == read.tensors
+
+
+def test_a_skipped_string_past_the_files_end_is_damage(tmp_path):
+    data = bytearray(_write(tmp_path / "tiny.gguf").read_bytes())
+    at = data.index(b"<|fim_prefix|>") - 8  # that token's length
+    for length in (len(data), 2**63 + 5):
+        data[at : at + 8] = struct.pack("<Q", length)
+        (tmp_path / "bad.gguf").write_bytes(bytes(data))
+        with pytest.raises(GGUFError, match="ends early"):
+            read_header(tmp_path / "bad.gguf")
