@@ -41,3 +41,24 @@ def test_only_old_temporaries_are_removed(tmp_path: Path):
     remove_stale_temporaries(tmp_path, "*.tmp")
     assert not old.exists() and young.exists() and other.exists()
     remove_stale_temporaries(tmp_path / "missing", "*.tmp")  # no folder: nothing to do
+
+
+def test_a_file_replaced_with_its_size_and_times_kept_gets_another_stamp(tmp_path):
+    """``cp -p`` over the file, or ``rsync -a`` (a new file renamed over it), keep the size
+    and the modification time: a widened copy or a measurement of the old file was taken
+    for the new one."""
+    import time
+
+    file_stamp = files.file_stamp
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"a" * 100)
+    before = file_stamp(path)
+    st = path.stat()
+    time.sleep(0.05)  # past the kernel's clock tick (1-10 ms), which stamps the change time
+    path.write_bytes(b"b" * 100)  # in place
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    in_place = file_stamp(path)
+    (tmp_path / "new").write_bytes(b"c" * 100)
+    os.utime(tmp_path / "new", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp_path / "new", path)  # renamed over it
+    assert len({repr(before), repr(in_place), repr(file_stamp(path))}) == 3

@@ -195,13 +195,17 @@ def default_cache_home() -> Path:
 
 
 def file_stamp(path: Path) -> list[object]:
-    """One version of the file at ``path``, for a cache key: where it is, its size, its mtime.
+    """One version of the file at ``path``, for a cache key: where it is, its inode, size
+    and modification and change times.
 
     A file replaced, rewritten or moved gets another stamp, so what was cached
-    for it is never taken for the new one. Raises ``OSError`` when it is gone.
+    for it is never taken for the new one: its inode tells a replacement that
+    kept size and modification time (``rsync -a``, ``tar x``), its change time
+    one rewritten in place with the times set back (``cp -p``). Raises
+    ``OSError`` when it is gone.
     """
     st = path.stat()
-    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+    return [str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def kept_cache_folder(name: str) -> Path:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from tests.completion.test_prewarm import wait_for
@@ -19,6 +21,7 @@ from structspec.completion.documents import (
     Range,
     TextChange,
 )
+from structspec.completion.host import KV_SLOTS
 from structspec.completion.jobs import ADOPT_GRACE_S
 from structspec.completion.prompt import PromptBuilder, header_for, sanitize
 from structspec.completion.service import (
@@ -586,3 +589,44 @@ def test_a_model_change_drops_the_old_models_suggestions():
     one, two = run(fresh("standin:1")), run(fresh("standin:2"))
     assert one != two
     assert run(switched()) == (one, two)
+
+
+def test_a_model_file_that_appears_or_is_replaced_is_loaded(tmp_path):
+    """A path set before its download ended failed for good (the same setting sent again
+    was not tried again), and a file replaced on disk kept being served."""
+    path = tmp_path / "m.gguf"
+    opened: list[int] = []
+
+    def open_model(spec: str, **kw) -> StandInModel:
+        if not os.path.exists(spec):
+            raise ModelError(f"model file not found: {spec}")
+        opened.append(int(Path(spec).read_text()))
+        assert (kw["slots"], kw["context_size"]) == (KV_SLOTS, 2048)
+        return StandInModel(seed=opened[-1], eos_bias=-3.0)
+
+    async def scenario():
+        svc = CompletionService(
+            Settings(
+                model=str(path),
+                context_size=2048,
+                debounce_ms=0,
+                max_tokens=16,
+                sources=("lookup",),
+            ),
+            open_model=open_model,
+        )
+        svc.open_document("u", "python", 1, "x = ")
+        assert await svc.complete(CompletionRequest("u", 0, 4)) is None  # no file yet
+        path.write_text("1")
+        svc.configure(svc.settings)  # the editor sends the same settings again
+        await svc.complete(CompletionRequest("u", 0, 4))
+        assert opened == [1]
+        (tmp_path / "new").write_text("2")
+        os.replace(tmp_path / "new", path)  # a new download put in place
+        svc.open_document("v", "python", 1, "y = ")
+        await svc.complete(CompletionRequest("v", 0, 4))  # the next request the model answers
+        svc.close()
+        assert svc.join()
+
+    run(scenario())
+    assert opened == [1, 2]

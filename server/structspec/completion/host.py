@@ -30,6 +30,7 @@ thread (the service forwards them to its event loop).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -65,22 +66,43 @@ RateMeter = Callable[[Model, Announce], Rates | None]
 #: ``(name, warnings, rates)``: a model or backend is ready.
 Loaded = Callable[[str, list[str], Rates | None], None]
 
-ModelKey = tuple[str, int, int, int, bool, RemoteKey]
+#: A model file's version (``model_file_version``): inode, size, times.
+FileVersion = tuple[int, int, int, int] | None
+ModelKey = tuple[str, FileVersion, int, int, int, bool, RemoteKey]
 EngineKey = tuple[tuple[str, ...], str]
 
 
 def model_key(settings: Settings) -> ModelKey:
-    """Every setting that changes the loaded model (a remote one included)."""
-    # Without prefix reuse (a benchmark baseline) one slot, emptied before each request.
-    slots = KV_SLOTS if settings.prefix_reuse else 1
+    """Every setting that changes the loaded model (a remote one included), and the
+    version of its file: a file replaced on disk is loaded again, and one that failed
+    (a download not finished) is tried again once it changed."""
     return (
         settings.model,
+        model_file_version(settings.model),
         settings.threads,
         settings.context_size,
-        slots,
+        kv_slots(settings),
         settings.widen_weights,
         remote_key(settings),
     )
+
+
+def kv_slots(settings: Settings) -> int:
+    """KV slots of the model: without prefix reuse (a benchmark baseline) one, emptied
+    before each request."""
+    return KV_SLOTS if settings.prefix_reuse else 1
+
+
+def model_file_version(spec: str) -> FileVersion:
+    """The version of the file the ``model`` setting names; ``None`` for the embedded
+    default and where no file is (the stand-in's ``standin``) (a stat: microseconds)."""
+    if not spec:
+        return None
+    try:
+        st = os.stat(os.path.expanduser(spec))
+    except (OSError, ValueError, RuntimeError):  # missing; a NUL; ``~name`` of no user
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def engine_key(settings: Settings) -> EngineKey:
@@ -253,7 +275,7 @@ class EngineHost:
                 context_size=settings.context_size,
                 threads=settings.threads,
                 announce=self._announce,
-                slots=key[3],
+                slots=kv_slots(settings),
                 widen=settings.widen_weights,
             )
         except Exception as exc:  # ModelError, or an OS error reading the file
