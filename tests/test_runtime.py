@@ -257,3 +257,13 @@ def test_measure_rates_stops_at_its_time_budget(gguf_stand_in):
     rates = runtime.measure_rates(gguf_stand_in, clock=lambda: float(next(ticks)))
     # one chunk of 128 tokens in 4 s, then two passes in 4 s: past the budget after each
     assert rates == Rates(runtime.RATE_CHUNK / 4.0, 2 / 4.0)
+
+
+def test_the_measurements_fit_the_smallest_context():
+    """``contextSize`` 256 (the least the setting takes) failed every first load on a
+    machine: the cost table was measured after 400 tokens, the rates after 256."""
+    model = StandInModel(n_ctx=256)
+    cost = runtime.measure_verify_cost(model)
+    assert cost is not None
+    rates = runtime.measure_rates(model)
+    assert rates.prompt_tps > 0 and rates.decode_tps > 0

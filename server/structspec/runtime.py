@@ -210,14 +210,15 @@ def measure_alone(
 
 
 def measure_verify_cost(model: Model, *, logits: bool = True) -> CostModel:
-    """Time verification passes of 1..16 rows on ``model`` after a 400-token context.
+    """Time verification passes of 1..16 rows on ``model`` after a 400-token context
+    (less in a context too small to hold it and the rows: ``contextSize`` 256).
 
     ``logits=False`` times the same rows decoded without the output head (as a
     prompt chunk is): the difference is what the head costs per pass.
     """
     text = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
-    context = model.tokenize(text * 12)[:400]
     probe = model.tokenize(text * 2, add_bos=False)[:16]
+    context = model.tokenize(text * 12)[: max(1, min(400, model.n_ctx - len(probe) - 1))]
     model.prefill(context)
     base = len(model.cached_tokens)
 
@@ -306,7 +307,9 @@ def measure_rates(model: Model, *, clock: Callable[[], float] = time.perf_counte
     2 cores. The KV cache is left empty.
     """
     text = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
-    tokens = model.tokenize(text * 40)[:RATE_PROMPT_TOKENS]
+    # (a context too small for them, ``contextSize`` 256, leaves room for the decoded ones)
+    room = model.n_ctx - RATE_DECODE_TOKENS - 1
+    tokens = model.tokenize(text * 40)[: max(1, min(RATE_PROMPT_TOKENS, room))]
     # A state read back from the on-disk prefix cache would time the disk, and
     # this text is no prompt worth saving there.
     cache = getattr(model, "prefix_cache", None)
