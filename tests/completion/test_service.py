@@ -630,3 +630,23 @@ def test_a_model_file_that_appears_or_is_replaced_is_loaded(tmp_path):
 
     run(scenario())
     assert opened == [1, 2]
+
+
+def test_a_failed_switch_does_not_name_the_freed_model():
+    """The status kept the old model's name (and rates) after a switch to a file that
+    failed to load, although the old model was freed and nothing served completions."""
+    from structspec.completion.types import NOT_LOADED
+
+    async def scenario():
+        svc, _ = make_service()
+        svc.open_document("u", "python", 1, "x = ")
+        await svc.complete(CompletionRequest("u", 0, 4))
+        loaded = svc.status().model
+        svc.configure(Settings(**{**vars(svc.settings), "model": "broken"}))
+        await wait_for(lambda: svc.status().state == "error")
+        failed = svc.status().model
+        svc.close()
+        return loaded, failed
+
+    loaded, failed = run(scenario())
+    assert loaded != NOT_LOADED and failed == NOT_LOADED

@@ -142,6 +142,9 @@ class StatusBoard:
             self.set_state(IDLE, "")
 
     def model_failed(self, message: str) -> None:
+        """Nothing serves completions now (a load that failed freed the model; a backend
+        that fails is reported loaded again once it works): no model, no rates."""
+        self.model_name, self.rates = NOT_LOADED, None
         self.set_state(ERROR, message)
         self.message_user("error", message)
 
