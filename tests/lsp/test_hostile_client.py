@@ -211,3 +211,38 @@ def test_a_mid_line_answer_on_a_minified_line_carries_only_the_suggestion():
                 end = {"line": line, "character": len(prefix + rest)}
                 assert item["range"]["end"] == end and item["insertText"].endswith(rest)
         assert client.shutdown_and_exit() == 0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"range": None, "text": "x"},
+        {
+            "range": {"start": {"line": -1, "character": 0}, "end": {"line": 0, "character": 0}},
+            "text": "x",
+        },
+    ],
+    ids=["range-null", "negative-line"],
+)
+def test_an_edit_that_cannot_be_read_forgets_the_text_until_it_comes_whole(change: dict) -> None:
+    """Dropped with a log line, the edit left the server with text the editor no longer
+    had: suggestions were computed from it and written at the wrong places."""
+    lines = TEXT.split("\n")
+    end = (len(lines) - 1, len(lines[-1]))
+    with RawClient() as client:
+        client.initialize()
+        _completes(client)
+        client.notify(
+            "textDocument/didChange",
+            {"textDocument": {"uri": URI, "version": 2}, "contentChanges": [change]},
+        )
+        assert client.response(client.inline(URI, *end)).get("result") is None
+        assert client.status()["stats"]["emptyReasons"].get("not-served") == 1
+        client.notify(  # the whole text: adopted again
+            "textDocument/didChange",
+            {"textDocument": {"uri": URI, "version": 3}, "contentChanges": [{"text": TEXT}]},
+        )
+        answer = client.response(client.inline(URI, *end))
+        assert (answer.get("result") or {}).get("items"), answer
+        assert client.shutdown_and_exit() == 0
+        assert no_traceback(client.stderr)

@@ -16,7 +16,9 @@ changes:
   so a client never waits forever. A string field that is not a string
   (``"text": null`` in ``didOpen``) is such a misfit: pygls would have made it
   the string ``'None'``. A notification that does not fit is dropped with a
-  log line.
+  log line; a ``didChange`` that does not fit (``"range": null``) is handed to
+  ``unreadable_edit`` with its document's URI: the server no longer knows that
+  document's text.
 - Error responses carry no traceback and no file path: an internal error is
   answered with a fixed message and the details go to the log.
 - A request to the client (``workspace/configuration``) that is not answered
@@ -145,6 +147,24 @@ class _BadRequest:
         self.error = error
 
 
+class _UnreadableEdit:
+    """A ``didChange`` whose params could not be structured, of a document named in it."""
+
+    method = types.TEXT_DOCUMENT_DID_CHANGE
+    id = None
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+
+def _edited_uri(data: dict[str, Any]) -> str | None:
+    """The document URI a ``didChange`` message names, if it names one."""
+    params = data.get("params")
+    document = params.get("textDocument") if isinstance(params, dict) else None
+    uri = document.get("uri") if isinstance(document, dict) else None
+    return uri if isinstance(uri, str) else None
+
+
 class StructspecProtocol(PyglsProtocol):
     """pygls' protocol with the robustness described in the module docstring.
 
@@ -158,6 +178,8 @@ class StructspecProtocol(PyglsProtocol):
         self._stop: Callable[[int], None] = server.stop
         #: ``initialize`` was answered: other requests are served from now on.
         self.handshake_done = False
+        #: Called with a document's URI when a ``didChange`` of it could not be read.
+        self.unreadable_edit: Callable[[str], None] = lambda uri: None
 
     # -- JSON-RPC ------------------------------------------------------------
     def receive(self, body: bytes) -> None:
@@ -247,6 +269,10 @@ class StructspecProtocol(PyglsProtocol):
         except JsonRpcException as exc:
             if "id" in data and "method" in data:
                 return _BadRequest(data["id"], str(data["method"]), exc)
+            if data.get("method") == types.TEXT_DOCUMENT_DID_CHANGE:
+                uri = _edited_uri(data)
+                if uri is not None:
+                    return _UnreadableEdit(uri)
             raise
 
     def handle_message(self, message: Any) -> None:
@@ -267,6 +293,9 @@ class StructspecProtocol(PyglsProtocol):
                 else:
                     log.info("dropped %s notification: %s", method, refusal.message)
                 return
+        if isinstance(message, _UnreadableEdit):
+            self.unreadable_edit(message.uri)
+            return
         if isinstance(message, _BadRequest):
             log.warning("invalid params for %s (id %r)", message.method, message.id)
             self.send_response(message.id, error=message.error.to_response_error())

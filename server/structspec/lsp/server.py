@@ -321,6 +321,15 @@ def _register_documents(server: StructspecServer, service: CompletionService) ->
             else:
                 log.warning("didChange for a document that is not open: %s", uri)
 
+    def unreadable_edit(uri: str) -> None:
+        # Applied or not, the text is no longer the editor's: suggestions from it
+        # would be written at the wrong places. Forgotten until the editor sends
+        # the whole text (a whole-text change adopts it; reopening the file does).
+        log.warning("an edit of %s could not be read: its text is forgotten until sent whole", uri)
+        service.close_document(uri)
+
+    server.protocol.unreadable_edit = unreadable_edit
+
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: StructspecServer, params: types.DidCloseTextDocumentParams) -> None:
         service.close_document(params.text_document.uri)
