@@ -36,12 +36,31 @@ def test_prompt_longer_than_context_is_truncated_from_the_left():
 
 def test_max_tokens_larger_than_context_is_clamped():
     model = StandInModel(seed=2, n_ctx=128, eos_bias=-9.0)
-    res = Engine(model).generate(model.tokenize("ab"), GenerationOptions(max_tokens=10_000))
-    assert res.warnings and len(res.tokens) <= 64
+    prompt = model.tokenize("ab")
+    res = Engine(model).generate(prompt, GenerationOptions(max_tokens=10_000))
+    assert res.warnings and len(res.tokens) <= 128 - len(prompt) - 16  # what fits after it
 
 
 def test_fit_prompt_keeps_short_prompts():
     assert fit_prompt([0, 5, 6], 100, 10, 0) == ([0, 5, 6], 0, 10)
+
+
+def test_fit_prompt_keeps_a_prompt_that_fits_and_clamps_the_answer():
+    """A ``max_tokens`` as large as the context cut 961 tokens off a 3,001-token prompt
+    that fitted (a chat's system prompt first); llama-server keeps the prompt and
+    generates what fits, and so does this now."""
+    prompt = [0, *range(1, 3001)]
+    assert fit_prompt(prompt, 4096, 4096, 0) == (prompt, 0, 4096 - 3001 - 16)
+    assert fit_prompt(prompt, 4096, 1 << 20, 0) == (prompt, 0, 4096 - 3001 - 16)
+    snug = [0, *range(1, 4096 - 16 - 16)]  # leaves exactly the floor
+    assert fit_prompt(snug, 4096, 128, 0) == (snug, 0, 16)
+
+
+def test_fit_prompt_cuts_a_prompt_that_leaves_no_room():
+    long = [0, *range(1, 5000)]
+    kept, dropped, max_tokens = fit_prompt(long, 4096, 128, 0)
+    assert kept[0] == 0 and kept[-1] == 4999 and max_tokens == 128
+    assert len(kept) + 128 + 16 == 4096 and dropped == 5000 - len(kept)
 
 
 def test_prepare_hands_the_inputs_to_the_sources_that_digest_them():

@@ -54,6 +54,8 @@ from structspec.model.base import Interrupted, Model, Rows
 #: Rows a pass may add beyond the current context: the pending token plus the
 #: largest draft. The prompt is fitted so that generation never runs into it.
 PASS_ROWS_RESERVE = 16
+#: Fewest tokens a generation keeps before its prompt is cut to make room (``fit_prompt``).
+GENERATION_FLOOR = 16
 
 
 class EngineError(ValueError):
@@ -139,15 +141,22 @@ def fit_prompt(
 ) -> tuple[list[int], int, int]:
     """Fit ``tokens`` and the generation into the context.
 
-    Returns ``(prompt, dropped, max_tokens)``: the prompt truncated from the
-    left (keeping a leading BOS) so that ``prompt + max_tokens + a pass`` fits,
-    the number of tokens dropped, and ``max_tokens`` clamped to half the
-    context when it alone would not fit.
+    Returns ``(prompt, dropped, max_tokens)``. A prompt that fits with the
+    whole generation is kept; one that fits with at least ``GENERATION_FLOOR``
+    tokens of it is kept too, and the generation clamped to the room left
+    (llama-server's way: the prompt is what the user wrote, a long answer
+    only asked for). Else the prompt is truncated from the left (keeping a
+    leading BOS) so that ``prompt + max_tokens + a pass`` fits, with
+    ``max_tokens`` clamped to half the context when it alone would not fit.
     """
-    max_tokens = max(0, min(max_tokens, (n_ctx - PASS_ROWS_RESERVE) // 2))
-    room = n_ctx - max_tokens - PASS_ROWS_RESERVE
-    if len(tokens) <= room:
+    max_tokens = max(0, max_tokens)
+    if len(tokens) + max_tokens + PASS_ROWS_RESERVE <= n_ctx:
         return list(tokens), 0, max_tokens
+    left = n_ctx - len(tokens) - PASS_ROWS_RESERVE
+    if left >= min(max_tokens, GENERATION_FLOOR):
+        return list(tokens), 0, left
+    max_tokens = min(max_tokens, (n_ctx - PASS_ROWS_RESERVE) // 2)
+    room = n_ctx - max_tokens - PASS_ROWS_RESERVE
     keep_bos = bool(tokens) and bos is not None and tokens[0] == bos
     head = [tokens[0]] if keep_bos else []
     tail = list(tokens[len(tokens) - (room - len(head)) :])
