@@ -57,6 +57,13 @@ def post(url: str, body: bytes | str, path: str = "/v1/completions", **kw: Any) 
         ('{"prompt": [1, 99999999]}', 400, "outside the vocabulary"),
         ('{"prompt": "x", "temperature": NaN}', 400, "'temperature' must be between"),
         ('{"prompt": "x", "max_tokens": 1e400}', 400, "'max_tokens' must be an integer"),
+        pytest.param(
+            '{"prompt": "x", "temperature": 1' + "0" * 400 + "}",
+            400,
+            "'temperature' is too large",
+            id="400-digit-temperature",
+        ),
+        ('{"prompt": [3, 4], "suffix": "x"}', 400, "'suffix' goes with a text prompt"),
         ("[" * 100_000 + "]" * 100_000, 400, "nested too deeply"),
         pytest.param("[" * 101 + "]" * 101, 400, "more than 100 levels", id="101-levels"),
         pytest.param(

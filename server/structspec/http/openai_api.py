@@ -124,7 +124,10 @@ def _number(body: dict[str, Any], key: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _bad(key, f"'{key}' must be a number, not {_type_name(value)}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer of hundreds of digits: no float holds it
+        raise _bad(key, f"'{key}' is too large") from None
 
 
 def _int(body: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
@@ -295,6 +298,9 @@ def parse_request(body: Any, *, chat: bool) -> CompletionRequest:
     else:
         req.prompt, req.prompt_tokens = _prompt(body)
         req.suffix = _str(body, "suffix") or None
+        if req.suffix is not None and req.prompt_tokens is not None:
+            # (answering as if there were none is what it did)
+            raise _bad("suffix", "'suffix' goes with a text prompt, not with token ids")
         req.max_tokens = _int(body, "max_tokens", 1, 1 << 20)
     req.stop = _stop(body)
     req.stream = bool(_bool(body, "stream"))
