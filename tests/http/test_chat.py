@@ -56,6 +56,24 @@ def test_template_rendering_and_errors() -> None:
         )
 
 
+def test_templates_render_as_hugging_face_renders_them() -> None:
+    """Loop controls and ``tojson(ensure_ascii=False)``, which real models' templates use,
+    failed every chat request ("unknown tag", a TypeError)."""
+    template = (
+        "{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}"
+        "{{ m | tojson(ensure_ascii=False) }}{% if loop.index > 2 %}{% break %}{% endif %}"
+        "{% endfor %}"
+    )
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "é <b>"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "never"},
+    ]
+    text = chat_prompt(template, messages, TemplatedModel()).text
+    assert text == '{"role": "user", "content": "é <b>"}{"role": "assistant", "content": "a"}'
+
+
 def test_server_uses_the_model_template() -> None:
     model = TemplatedModel(seed=3, eos_bias=-3.0)
     app = create_app(standin_engine(model), model_id="templated")

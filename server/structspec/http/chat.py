@@ -24,6 +24,7 @@ with the template's own message.
 from __future__ import annotations
 
 import datetime
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,12 +78,30 @@ def _raise(message: str) -> None:
     raise TemplateError(message)
 
 
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
 def render_template(template: str, messages: list[dict[str, Any]], model: Model) -> ChatPrompt:
     """Render a Jinja2 chat template (sandboxed) for ``messages``."""
     from jinja2 import TemplateError as JinjaError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    # As Hugging Face renders them: with ``{% break %}``/``{% continue %}`` and a
+    # ``tojson`` that writes plain JSON (Jinja's escapes HTML and takes no
+    # ``ensure_ascii``), which templates of real models use.
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     bos = _token_text(model, model.bos_token())
