@@ -197,7 +197,8 @@ def test_api_key_host_and_content_type(tmp_path: Path) -> None:
         assert httpx.post(url + "/v1/completions", content=body, headers=ok).status_code == 200
         # DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends its own Host.
         auth = "Authorization: Bearer s3cret-key\r\n"
-        for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "0.0.0.0"):
+        rebound = ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "0.0.0.0")
+        for host in (*rebound, "[::1]evil.example", "[::1]:x"):
             answer = raw_request(
                 port, f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\n{auth}\r\n".encode()
             )
@@ -425,3 +426,12 @@ def test_shutdown_ends_requests_with_json_errors(tmp_path: Path) -> None:
     assert r.status_code == 503 and r.headers["content-type"] == "application/json"
     assert r.json()["error"]["code"] == "shutting_down"
     assert "Traceback" not in server.stderr
+
+
+def test_a_host_header_names_a_host_only_in_its_own_forms() -> None:
+    from structspec.http.security import host_header_name
+
+    assert host_header_name("[::1]:8080") == "::1" and host_header_name("[::1]") == "::1"
+    assert host_header_name("localhost:8080") == "localhost"
+    for odd in ("[::1]evil.example", "[::1]:x", "[::1"):
+        assert host_header_name(odd) == odd  # no host the allow-list holds

@@ -62,7 +62,11 @@ def host_header_name(value: str) -> str:
     """The host part of a ``Host`` header (``[::1]:8080`` -> ``::1``)."""
     value = value.strip()
     if value.startswith("["):
-        return value[1 : value.find("]")] if "]" in value else value
+        end = value.find("]")
+        rest = value[end + 1 :] if end >= 0 else ""
+        if end < 0 or (rest and not (rest[0] == ":" and rest[1:].isdigit())):
+            return value  # not ``[address]`` or ``[address]:port``: no host it names
+        return value[1:end]
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
