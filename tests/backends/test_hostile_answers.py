@@ -199,3 +199,19 @@ def test_a_redirect_says_where_it_leads() -> None:
     leads = "redirect to 'http://gpu-box:8080/infill'"
     with RawBackend(infill(moved)) as server, pytest.raises(BackendError, match=leads):
         "".join(RemoteBackend(server.url + "/infill").stream(REQUEST))
+
+
+def test_an_openai_server_that_answers_in_chat_chunks_is_read() -> None:
+    """``choices[0].delta.content`` on ``/v1/completions`` gave an empty suggestion, no error."""
+
+    def chunk(text: str, reason: object = None) -> bytes:
+        choice = {"delta": {"content": text}, "finish_reason": reason}
+        return b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+
+    answer = b"".join(sse(chunk("add"), chunk("(3)", "stop"), b"data: [DONE]\n\n"))
+
+    def respond(method: str, path: str) -> bytes:
+        return answer if method == "POST" and path == "/v1/completions" else NOT_HERE
+
+    with RawBackend(respond) as server:
+        assert "".join(RemoteBackend(server.url + "/v1").stream(REQUEST)) == "add(3)"

@@ -699,6 +699,9 @@ def _text_of(protocol: str, data: dict[str, Any]) -> str:
         choices = data.get("choices")
         first = choices[0] if isinstance(choices, list) and choices else None
         text = first.get("text") if isinstance(first, dict) else None
+        delta = first.get("delta") if isinstance(first, dict) and text is None else None
+        if isinstance(delta, dict):  # a server that answers in chat chunks
+            text = delta.get("content")
     else:
         text = data.get("response" if protocol == "ollama" else "content")
     return _UNSAFE.sub("", text) if isinstance(text, str) else ""
