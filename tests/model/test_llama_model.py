@@ -508,3 +508,19 @@ def test_usual_hyperparameters_pass():
     )
     assert refused_hyperparameters(header) is None
     assert check_gguf_file(default_model_path()) == default_model_path()
+
+
+def test_a_file_cut_short_says_so(tmp_path):
+    """llama.cpp only says it cannot load; a download that did not finish is the usual
+    reason, and structspec's own header reader can tell it."""
+    from tests.helpers.fim_gguf import write_tiny_fim_gguf
+
+    whole = tmp_path / "whole.gguf"
+    write_tiny_fim_gguf(whole, "qwen")
+    data = whole.read_bytes()
+    (tmp_path / "data.gguf").write_bytes(data[: len(data) - 4096])  # in the tensor data
+    (tmp_path / "head.gguf").write_bytes(data[:300])  # in the metadata
+    with pytest.raises(ModelError, match="ends before its tensors do: a download not finished"):
+        LlamaModel.load(tmp_path / "data.gguf")
+    with pytest.raises(ModelError, match="damaged GGUF header"):
+        LlamaModel.load(tmp_path / "head.gguf")

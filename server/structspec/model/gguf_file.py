@@ -47,6 +47,25 @@ class GGUFError(ValueError):
     """A file that is not a GGUF structspec can read, with the reason and the path."""
 
 
+#: ggml's storage of the common tensor types: type id -> (elements per block, bytes
+#: per block) (``ggml/src/ggml.c``, ``type_traits``).
+BLOCKS: dict[int, tuple[int, int]] = {
+    0: (1, 4),  # F32
+    1: (1, 2),  # F16
+    2: (32, 18),  # Q4_0
+    3: (32, 20),  # Q4_1
+    6: (32, 22),  # Q5_0
+    7: (32, 24),  # Q5_1
+    8: (32, 34),  # Q8_0
+    10: (256, 84),  # Q2_K
+    11: (256, 110),  # Q3_K
+    12: (256, 144),  # Q4_K
+    13: (256, 176),  # Q5_K
+    14: (256, 210),  # Q6_K
+    30: (1, 2),  # BF16
+}
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One entry of the tensor table: ggml type id, shape (fastest dimension first), offset."""
@@ -54,6 +73,16 @@ class TensorInfo:
     type: int
     shape: tuple[int, ...]
     offset: int  # from the start of the data section
+
+    def nbytes(self) -> int | None:
+        """Bytes of the tensor's data; ``None`` for a type not in ``BLOCKS``."""
+        block = BLOCKS.get(self.type)
+        if block is None:
+            return None
+        elements = 1
+        for n in self.shape:
+            elements *= n
+        return -(-elements // block[0]) * block[1]
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ from structspec.model.base import (
     TokenCheck,
     common_prefix_len,
 )
+from structspec.model.gguf_file import GGUFError, read_header
 from structspec.model.head import (
     HiddenStates,
     NativeHead,
@@ -165,6 +166,20 @@ def _native_head(path: Path, model_ptr: object) -> tuple[NativeHead | None, str]
     except (OSError, ValueError, RuntimeError) as exc:  # the file changed under us
         return None, f"the output matrix could not be read: {exc}"
     return head, head.covers()
+
+
+def _why_unloadable(path: Path) -> str:
+    """What structspec's own header reader says of a file llama.cpp refused: that it ends
+    early (a download not finished) or is damaged where, else only that it is refused."""
+    try:
+        header = read_header(path)
+        size = path.stat().st_size
+    except (GGUFError, OSError) as exc:
+        return str(exc).removesuffix(f": {path}")
+    ends = [t.offset + (t.nbytes() or 1) for t in header.tensors.values()]
+    if ends and header.data_start + max(ends) > size:
+        return "the file ends before its tensors do: a download not finished?"
+    return "corrupt or unsupported"
 
 
 def _stamp(path: Path) -> list[object] | None:
@@ -354,9 +369,7 @@ class LlamaModel:
             weights = p
             model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
         if not model:
-            raise ModelError(
-                f"llama.cpp could not load the model file {p} (corrupt or unsupported)"
-            )
+            raise ModelError(f"llama.cpp could not load the model file {p} ({_why_unloadable(p)})")
         n_train = llama_cpp.llama_model_n_ctx_train(model)
         if n_train > 0:
             n_ctx = min(n_ctx, n_train)
