@@ -313,7 +313,7 @@ def snapshot(text: str) -> Snapshot:
     def quantile(name: str, q: float) -> float | None:
         buckets: dict[float, float] = {}
         for s in by_name.get(name, []):
-            if s.name == name + "_bucket":
+            if s.name == name + "_bucket" and "le" in s.labels:  # (a bucket without is none)
                 le = float(s.labels["le"])
                 buckets[le] = buckets.get(le, 0.0) + s.value
         return _quantile(buckets, q)

@@ -354,3 +354,31 @@ def test_detect_prints_what_files_hold_as_text(
     assert code == 0
     assert "[/bold]" in out and "\x1b" not in out
     assert "named.gguf" in out and "x]" in out
+
+
+def test_status_and_config_print_what_they_read_as_text(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rich markup in a server's metrics or a setting (``[/x]``) failed the command with a
+    traceback; a histogram bucket without ``le`` did too; a URL's password was printed."""
+    page = (
+        b"# TYPE structspec_info gauge\n"
+        b'structspec_info{mode="engine",model="[/x]"} 1\n'
+        b"# TYPE structspec_drafted_tokens_total counter\n"
+        b'structspec_drafted_tokens_total{source="[/y]"} 5\n'
+        b"# TYPE structspec_request_latency_seconds histogram\n"
+        b'structspec_request_latency_seconds_bucket{foo="1"} 3\n'
+    )
+    monkeypatch.setenv("COLUMNS", "200")
+    with RawBackend(lambda method, path: http_answer("200 OK", page)) as server:
+        code, out, _ = run_cli(capsys, "status", "--once", "--url", server.url)
+        assert code == 0 and "[/x]" in out and "[/y]" in out
+        code, out, _ = run_cli(capsys, "status", "--once", "--json", "--url", server.url)
+        assert code == 0 and json.loads(out)["model"] == "[/x]"
+    code, _, err = run_cli(capsys, "status", "--once", "--url", "http://me:s3cret@127.0.0.1:1")
+    assert code == 2 and "s3cret" not in err
+    monkeypatch.setenv("STRUCTSPEC_CONFIG", os.devnull)
+    monkeypatch.setenv("STRUCTSPEC_MODEL", "[/x]")
+    monkeypatch.setenv("STRUCTSPEC_THREADS", "[/y]")
+    code, out, _ = run_cli(capsys, "config")
+    assert code == 0 and "[/x]" in out and "[/y]" in out

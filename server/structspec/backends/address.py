@@ -26,10 +26,15 @@ PINNED_PATHS: dict[str, str] = {
 _USERINFO = re.compile(r"(?<=//)[^/?#]*@")
 
 
+def without_userinfo(url: str) -> str:
+    """``url`` with its user name and password (``//user:password@``) hidden, for messages."""
+    return _USERINFO.sub("***@", url)
+
+
 def _short(value: str, limit: int = 80) -> str:
     """``repr`` of ``value`` with any password hidden, cut to ``limit`` characters (an error
     message stays one line, and goes to logs)."""
-    text = repr(_USERINFO.sub("***@", value))
+    text = repr(without_userinfo(value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

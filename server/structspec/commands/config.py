@@ -15,6 +15,7 @@ import json
 from dataclasses import fields
 from typing import Any
 
+from structspec.commands.terminal import shown
 from structspec.config import Settings, camel, load_settings
 
 
@@ -80,18 +81,18 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     exists = "" if loaded.present else " (not present: defaults apply)"
-    console.print(f"config file: {loaded.path}{exists}", highlight=False)
+    console.print(f"config file: {shown(str(loaded.path))}{exists}", highlight=False)
     table = Table(show_edge=False, pad_edge=False)
     for col in ("setting", "value", "origin", "environment", "LSP / VS Code"):
         table.add_column(col)
     for r in rows:
         value = r["value"]
         if r["name"] == "model" and not value:
-            shown = '"" (the embedded default model)'
+            text = '"" (the embedded default model)'
         else:
-            shown = json.dumps(value) if not isinstance(value, str) else value
-        table.add_row(r["name"], shown, r["origin"], r["env"], r["lsp"])
+            text = json.dumps(value) if not isinstance(value, str) else value
+        table.add_row(r["name"], shown(text), r["origin"], r["env"], r["lsp"])
     console.print(table)
     for err in loaded.errors:
-        console.print(f"[yellow]warning:[/yellow] {err}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {shown(str(err))}", highlight=False)
     return 0

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from structspec.cli import UserError
+from structspec.commands.terminal import shown
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,14 +54,6 @@ def _folder(value: str) -> Path:
     raise UserError(f"--path {path} is not a folder")
 
 
-def _shown(text: str) -> str:
-    """``text`` from a file or a server, as the table shows it: its control characters
-    (a terminal's escape sequences) replaced, its rich markup (``[/bold]``) escaped."""
-    from rich.markup import escape
-
-    return escape("".join(ch if ch.isprintable() else "?" for ch in text))
-
-
 def run(args: argparse.Namespace) -> int:
     from structspec.detect import pick_backend, probe_backends, report, scan_gguf
 
@@ -88,16 +81,16 @@ def run(args: argparse.Namespace) -> int:
         if not b.running:
             status = "[dim]not running[/dim]"
         elif b.error:
-            status = f"[yellow]{_shown(b.error)}[/yellow]"
+            status = f"[yellow]{shown(b.error)}[/yellow]"
         else:
             status = "[green]answering[/green]"
         models = ", ".join(b.models[:4]) + (f" (+{len(b.models) - 4})" if len(b.models) > 4 else "")
         server = b.server if b.running else ""
-        servers.add_row(str(b.port), b.name, status, _shown(server), _shown(models))
+        servers.add_row(str(b.port), b.name, status, shown(server), shown(models))
     console.print(servers)
     chosen = pick_backend(backends)
     console.print(
-        f"serve --backend auto would use: {chosen.url} ({_shown(chosen.server)})"
+        f"serve --backend auto would use: {chosen.url} ({shown(chosen.server)})"
         if chosen
         else "serve --backend auto: nothing to use; 'structspec serve' runs the model in-process",
         highlight=False,
@@ -112,19 +105,19 @@ def run(args: argparse.Namespace) -> int:
         if f.error:
             table.add_row(
                 f.location,
-                _shown(f.name),
+                shown(f.name),
                 _size(f.size_bytes),
-                f"[red]{_shown(f.error)}[/red]",
+                f"[red]{shown(f.error)}[/red]",
                 *[""] * 5,
             )
             continue
         table.add_row(
             f.location,
-            _shown(f.name),
+            shown(f.name),
             _size(f.size_bytes),
-            _shown(f.architecture),
-            _shown(f.parameters),
-            _shown(f.quantization),
+            shown(f.architecture),
+            shown(f.parameters),
+            shown(f.quantization),
             str(f.context_length or "?"),
             "yes" if f.fim else "no",
             "yes" if f.chat_template else "no",
@@ -134,5 +127,5 @@ def run(args: argparse.Namespace) -> int:
         console.print("no GGUF files found (see 'structspec detect --help' for where it looks)")
     else:
         for f in files:
-            console.print(f"  {_shown(f.path)}", highlight=False, soft_wrap=True)
+            console.print(f"  {shown(f.path)}", highlight=False, soft_wrap=True)
     return 0

@@ -22,8 +22,9 @@ from typing import Any
 
 import httpx
 
-from structspec.backends.address import check_api_key
+from structspec.backends.address import check_api_key, without_userinfo
 from structspec.cli import UserError
+from structspec.commands.terminal import shown
 from structspec.metrics import Snapshot, snapshot
 
 
@@ -48,6 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def fetch(url: str, timeout: float = 3.0) -> Snapshot:
     """One scrape of ``url``/metrics; ``UserError`` with one line if it fails."""
     target = url.rstrip("/").removesuffix("/v1") + "/metrics"
+    where = without_userinfo(target)  # for messages
     key = os.environ.get("STRUCTSPEC_API_KEY")
     if key and (why := check_api_key(key)) is not None:
         # Refused here: the client could not put it in a header (UnicodeEncodeError).
@@ -60,15 +62,15 @@ def fetch(url: str, timeout: float = 3.0) -> Snapshot:
     except UnicodeError:  # a host name the resolver refuses (a label over 63 characters)
         raise UserError(f"--url {url[:80]!r} has no valid host name") from None
     except httpx.HTTPError as exc:
-        raise UserError(f"cannot reach {target}: {exc or type(exc).__name__}") from None
+        raise UserError(f"cannot reach {where}: {exc or type(exc).__name__}") from None
     if r.status_code == 401:
-        raise UserError(f"{target} needs the server's API key: set STRUCTSPEC_API_KEY")
+        raise UserError(f"{where} needs the server's API key: set STRUCTSPEC_API_KEY")
     if r.status_code != 200:
-        raise UserError(f"{target} answered HTTP {r.status_code}")
+        raise UserError(f"{where} answered HTTP {r.status_code}")
     try:
         return snapshot(r.text)
     except ValueError as exc:
-        raise UserError(f"{target}: {exc}") from None
+        raise UserError(f"{where}: {exc}") from None
 
 
 def _s(seconds: float | None) -> str:
@@ -101,7 +103,7 @@ def render(snap: Snapshot, url: str) -> Any:
     ok = sum(v for k, v in snap.requests.items() if k.startswith("2"))
     failed = sum(v for k, v in snap.requests.items() if not k.startswith("2"))
     rows: list[tuple[str, str]] = [
-        ("server", f"{url}  ({snap.mode}: {snap.model})"),
+        ("server", shown(f"{without_userinfo(url)}  ({snap.mode}: {snap.model})")),
         ("requests", f"{ok:.0f} ok, {failed:.0f} refused or failed"),
         ("tokens", f"{snap.tokens:.0f} generated, {snap.prompt_tokens:.0f} prompt"),
         ("tokens/s", f"{snap.tokens_per_second:.1f} (last 30 s)"),
@@ -134,12 +136,15 @@ def render(snap: Snapshot, url: str) -> Any:
             table.add_column(col, justify="right" if col != "source" else "left")
         for name, acc in sorted(snap.acceptance().items()):
             table.add_row(
-                name, f"{snap.drafted[name]:.0f}", f"{snap.accepted.get(name, 0):.0f}", f"{acc:.0%}"
+                shown(name),
+                f"{snap.drafted[name]:.0f}",
+                f"{snap.accepted.get(name, 0):.0f}",
+                f"{acc:.0%}",
             )
         parts.append(table)
     if snap.rejected:
         parts.append(
-            "refused: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(snap.rejected.items()))
+            "refused: " + ", ".join(f"{shown(k)} {v:.0f}" for k, v in sorted(snap.rejected.items()))
         )
     return Panel(Group(*parts), title="structspec status", title_align="left")
 
@@ -168,4 +173,4 @@ def run(args: argparse.Namespace) -> int:
             try:
                 live.update(render(fetch(args.url), args.url))
             except UserError as exc:
-                live.update(f"[red]{exc}[/red] (retrying; Ctrl-C to quit)")
+                live.update(f"[red]{shown(str(exc))}[/red] (retrying; Ctrl-C to quit)")
