@@ -347,3 +347,46 @@ def test_mining_real_tokenizer_is_whole_file(gemma, tmp_path: Path):
         seq = [*rule.context, *rule.continuation]
         # Every rule is a run of the whole-file tokenization.
         assert any(whole[i : i + len(seq)] == seq for i in range(len(whole))), rule
+
+
+def test_mine_command_with_nothing_readable_writes_nothing(tmp_path: Path, capsys):
+    """Every file skipped (binary here) wrote an empty rules file and said it succeeded."""
+    from structspec.cli import main
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "bin.py").write_bytes(b"\x00\x01binary")
+    out = tmp_path / "out.rules.json.gz"
+    assert main(["mine", str(code), "-o", str(out), "--model", "standin"]) == 2
+    assert "no code files could be read" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_rules_file_is_written_whole_or_not_at_all(tmp_path: Path):
+    """Written in place, a save that failed (a full disk, a Ctrl-C) left a truncated file
+    where the previous rules were."""
+    import resource
+    import signal
+
+    from structspec.cli import main
+
+    code = tmp_path / "code"
+    code.mkdir()
+    for k in range(12):
+        (code / f"m{k}.py").write_text(f"def f{k}(x):\n    return x + {k}\n")
+    out = tmp_path / "out.rules.json.gz"
+    argv = ["mine", str(code), "-o", str(out), "--model", "standin", "--min-count", "3"]
+    assert main(argv) == 0
+    before = out.read_bytes()
+
+    # A file size limit (as ``ulimit -f``) stands in for a full disk: past it a write fails.
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) // 2, limits[1]))
+    try:
+        code = main(argv)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert code == 2
+    assert out.read_bytes() == before and len(RuleSet.load(out, StandInModel())) > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["code", out.name])  # no temporary

@@ -193,6 +193,11 @@ def mine_paths(
     if not files:
         raise UserError("no code files found under " + ", ".join(paths))
     streams, languages, skipped = tokenize_files(files, tok, progress)
+    if not streams:  # every file binary, too large or unreadable: no rules to write
+        raise UserError(
+            f"no code files could be read under {', '.join(paths)} ({skipped} skipped: "
+            "binary, too large or unreadable)"
+        )
     n_tokens = sum(len(s) for s in streams)
     tokenizer = {"name": tok.name, "n_vocab": tok.n_vocab, "fingerprint": vocab_fingerprint(tok)}
     meta = {

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from structspec.drafts.base import SourceError
-from structspec.files import MIB, FileLimitError, read_bounded, size_text
+from structspec.files import MIB, FileLimitError, read_bounded, size_text, write_atomic
 from structspec.syntax.table import GrammarTableError, load_table
 
 FORMAT = "structspec-rules"
@@ -195,12 +195,11 @@ class RuleSet:
     def save(self, path: str | Path, tok: Tokenizer) -> int:
         """Write the rules to ``path`` (gzip'd JSON); return the file size in bytes."""
         data = json.dumps(self.to_json(tok), separators=(",", ":")).encode()
-        path = Path(path)
-        # The file is closed here too, so that a write failing at the last flush (a
-        # full disk) raises instead of leaving a truncated rules file behind unsaid.
-        with path.open("wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as f:
-            f.write(data)
-        return path.stat().st_size
+        packed = gzip.compress(data, mtime=0)
+        # Whole or not at all: a full disk or a Ctrl-C mid-write left a truncated
+        # file in place of the rules that were there before.
+        write_atomic(Path(path), packed)
+        return len(packed)
 
     @classmethod
     def load(cls, path: str | Path, model: Tokenizer) -> RuleSet:
