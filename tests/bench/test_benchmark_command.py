@@ -340,3 +340,36 @@ def test_mode_order_balances_first_places_and_neighbours(n):
     assert len(set(Counter(row[0] for row in rows).values())) == 1
     pairs = Counter((a, b) for row in rows for a, b in zip(row, row[1:], strict=False))
     assert len(pairs) == n * (n - 1) and len(set(pairs.values())) <= 1
+
+
+@pytest.mark.parametrize("bad_id", ["\ud800", "a|b", "a\nb"])
+def test_a_suite_id_the_report_cannot_print_is_refused(tmp_path, bad_id):
+    """A lone surrogate failed the report's print after the whole run (no file written);
+    '|' or a line break broke the Markdown table."""
+    f = tmp_path / "s.jsonl"
+    f.write_text(json.dumps({"id": bad_id, "prompt": "x = "}) + "\n")
+    with pytest.raises(SuiteError, match="s.jsonl:1: id"):
+        jsonl(f)
+
+
+def test_plot_format_is_checked_before_the_run(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    write_suite(suite, ["x = "])
+    p = benchmark(suite, "--modes", "greedy", "--max-tokens", 3, "--plot", tmp_path / "p.txt")
+    assert p.returncode == 2 and "--plot must name a" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_files_are_written_when_stdout_is_closed(tmp_path):
+    """``| head`` or a closed pipe: the run ended with 0 and none of its files written."""
+    suite = tmp_path / "suite.jsonl"
+    write_suite(suite, ["x = ", "def f(a):\n"])
+    out, md = tmp_path / "out.json", tmp_path / "bench.md"
+    argv = [sys.executable, "-m", "structspec", "benchmark", "--model", "standin"]
+    argv += ["--suite", f"jsonl:{suite}", "--modes", "greedy", "--max-tokens", "3"]
+    argv += ["--json-out", str(out), "--markdown-out", str(md)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # nobody reads what it prints
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
+    assert json.loads(out.read_text())["prompts"] and "## Summary" in md.read_text()

@@ -58,6 +58,12 @@ def jsonl(path: str | Path) -> list[Prompt]:
             raise SuiteError(f'{p}:{n}: expected {{"id": ..., "prompt": "..."}}')
         language = obj.get("language")
         prompt_id = str(obj.get("id", n))
+        if not prompt_id.isprintable() or "|" in prompt_id or _unencodable(prompt_id):
+            # (printed in the report, a Markdown table's cell and CSV rows)
+            raise SuiteError(
+                f"{p}:{n}: id {prompt_id[:40]!r} has a line break, a control character, "
+                "a '|' or a lone surrogate"
+            )
         if prompt_id in first_line:
             raise SuiteError(
                 f"{p}:{n}: duplicate id {prompt_id!r} (first on line {first_line[prompt_id]})"
@@ -73,6 +79,14 @@ def jsonl(path: str | Path) -> list[Prompt]:
     if not prompts:
         raise SuiteError(f"suite {p} has no prompts")
     return prompts
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (``"\\ud800"`` in the JSON)
+        return True
+    return False
 
 
 def load_suite(spec: str) -> list[Prompt]:

@@ -255,6 +255,10 @@ def _run_shapes(args: argparse.Namespace) -> int:
     return shapes.run_shapes(options, "structspec benchmark " + shlex.join(sys.argv[2:]))
 
 
+#: Image formats ``--plot`` writes (matplotlib's, by the file's extension).
+PLOT_FORMATS = frozenset({".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps"})
+
+
 def _check_bench_extra() -> None:
     """One line naming what to install when the ``structspec[bench]`` extra is missing."""
     missing = missing_extra()
@@ -268,6 +272,8 @@ def _check_bench_extra() -> None:
 def run(args: argparse.Namespace) -> int:
     _check_bench_extra()
     check_writable(args.json_out, args.trace_csv, args.markdown_out, args.plot)  # before the run
+    if args.plot and Path(args.plot).suffix.lower() not in PLOT_FORMATS:
+        raise UserError(f"--plot must name a {', '.join(sorted(PLOT_FORMATS))} file")
     sampling = sampling_from_args(args)
     refused = None if sampling.greedy else _sampled_elsewhere(args)
     if refused:
@@ -356,7 +362,7 @@ def _run_suite(
         rest_s=args.rest,
     )
     report = suite_report(run, result.runs, result.summary)
-    print(report)
+    # The files first: a closed pipe on stdout (``| head``) must not lose them.
     if args.markdown_out:
         Path(args.markdown_out).write_text(report + "\n", encoding="utf-8")
     if args.json_out:
@@ -369,6 +375,7 @@ def _run_suite(
         from structspec.bench.plot import plot
 
         plot(args.plot, result.runs, result.summary, modes, sampling)
+    print(report)
     return 0
 
 
@@ -379,8 +386,12 @@ def _run_printed(
     lines: list[str] = []
 
     def out(line: str) -> None:
-        print(line, flush=True)
         lines.append(line)
+        if sys.stdout is not None:
+            try:
+                print(line, flush=True)
+            except BrokenPipeError:  # ``| head``: the reader left; the files are still due
+                sys.stdout = None
 
     try:
         result = run(out)
