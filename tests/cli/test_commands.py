@@ -77,6 +77,20 @@ def test_vllm_command_bad_values(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "num-speculative-tokens" in err
 
 
+def test_vllm_command_host_and_model_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--host '[::1]'`` gave a proxy URL ``http://[[::1]]:8000``, ``0.0.0.0:9`` one of
+    ``[0.0.0.0:9]``; an empty host or an option as the model went into the command."""
+    code, out, _ = run_cli(capsys, "vllm-command", "--model", "m", "--host", "[::1]", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["argv"][4] == "::1"
+    assert data["proxy_argv"][-1] == "http://[::1]:8000"
+    for host in ("0.0.0.0:9", "", "a b"):
+        code, _, err = run_cli(capsys, "vllm-command", "--model", "m", "--host", host)
+        assert code == 2 and "is not a host name or address" in err
+    code, _, err = run_cli(capsys, "vllm-command", "--model=--help")
+    assert code == 2 and "--model must name a model" in err
+
+
 # -- config -------------------------------------------------------------------------
 
 

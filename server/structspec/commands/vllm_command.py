@@ -115,9 +115,20 @@ def speculative_config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
+def _host(value: str) -> tuple[str, str]:
+    """``--host`` as vLLM takes it (an IPv6 address bare) and as a URL holds it."""
+    from structspec.detect import url_host
+
+    try:
+        in_url = url_host(value)
+    except ValueError:
+        raise UserError(f"--host {value[:80]!r} is not a host name or address") from None
+    return in_url.removeprefix("[").removesuffix("]"), in_url
+
+
 def build_argv(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
-    if not args.model.strip():
-        raise UserError("--model must name a model")
+    if not args.model.strip() or args.model.startswith("-"):
+        raise UserError(f"--model must name a model, not {args.model[:80]!r}")
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be between 1 and 65535, not {args.port}")
     if args.max_model_len is not None and args.max_model_len < 1:
@@ -125,7 +136,8 @@ def build_argv(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
             f"--max-model-len must be a positive number of tokens, not {args.max_model_len}"
         )
     config = speculative_config(args)
-    argv = ["vllm", "serve", args.model, "--host", args.host, "--port", str(args.port)]
+    host, _ = _host(args.host)
+    argv = ["vllm", "serve", args.model, "--host", host, "--port", str(args.port)]
     if args.max_model_len is not None:
         argv += ["--max-model-len", str(args.max_model_len)]
     argv += ["--speculative-config", json.dumps(config)]
@@ -135,8 +147,8 @@ def build_argv(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     argv, config = build_argv(args)
     if args.json:
-        host = f"[{args.host}]" if ":" in args.host else args.host  # an IPv6 address
-        proxy = ["structspec", "serve", "--backend", f"http://{host}:{args.port}"]
+        _, in_url = _host(args.host)
+        proxy = ["structspec", "serve", "--backend", f"http://{in_url}:{args.port}"]
         print(
             json.dumps({"argv": argv, "speculative_config": config, "proxy_argv": proxy}, indent=2)
         )
