@@ -62,3 +62,13 @@ def test_a_file_replaced_with_its_size_and_times_kept_gets_another_stamp(tmp_pat
     os.utime(tmp_path / "new", ns=(st.st_atime_ns, st.st_mtime_ns))
     os.replace(tmp_path / "new", path)  # renamed over it
     assert len({repr(before), repr(in_place), repr(file_stamp(path))}) == 3
+
+
+def test_write_atomic_never_renames_over_a_device_or_a_pipe(tmp_path):
+    """Renamed over, ``/dev/full`` (``mine -o /dev/full`` as root) became a regular file."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        write_atomic(fifo, b"data")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary left

@@ -24,6 +24,7 @@ shapes, widened weights) is ``$STRUCTSPEC_CACHE_DIR``, else the platform's user 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -128,8 +129,14 @@ def write_atomic(path: Path, data: bytes) -> None:
     A process reading ``path`` meanwhile sees the old file or the new one; two
     writers at once leave one's file, not a mix of both; a write that fails (a
     full disk) leaves the old file and no temporary one, and raises ``OSError``.
-    The file is readable by all (0644), as ``open`` would create it.
+    The file is readable by all (0644), as ``open`` would create it. Only a
+    regular file (or none) is replaced: a device or a pipe at ``path``
+    (``/dev/full``, ``/dev/stdout``) is refused with ``OSError``, never
+    renamed over (as root that would replace the device itself).
     """
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise OSError(errno.EINVAL, f"not a regular file: {path}")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:

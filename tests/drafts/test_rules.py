@@ -390,3 +390,18 @@ def test_a_rules_file_is_written_whole_or_not_at_all(tmp_path: Path):
     assert code == 2
     assert out.read_bytes() == before and len(RuleSet.load(out, StandInModel())) > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["code", out.name])  # no temporary
+
+
+def test_a_rules_file_behind_a_link_is_written_through_it(tmp_path: Path):
+    from structspec.cli import main
+
+    code = tmp_path / "code"
+    code.mkdir()
+    for k in range(12):
+        (code / f"m{k}.py").write_text(f"def f{k}(x):\n    return x + {k}\n")
+    real = tmp_path / "shared.rules.json.gz"
+    real.write_bytes(b"old")
+    link = tmp_path / "rules.json.gz"
+    link.symlink_to(real)
+    assert main(["mine", str(code), "-o", str(link), "--model", "standin", "--min-count", "3"]) == 0
+    assert link.is_symlink() and len(RuleSet.load(real, StandInModel())) > 0

@@ -196,9 +196,14 @@ class RuleSet:
         """Write the rules to ``path`` (gzip'd JSON); return the file size in bytes."""
         data = json.dumps(self.to_json(tok), separators=(",", ":")).encode()
         packed = gzip.compress(data, mtime=0)
+        target = Path(path).resolve()  # a link's file is written, not the link replaced
+        if target.exists() and not target.is_file():  # a device or a pipe: written as it is
+            with target.open("wb") as fh:
+                fh.write(packed)
+            return len(packed)
         # Whole or not at all: a full disk or a Ctrl-C mid-write left a truncated
         # file in place of the rules that were there before.
-        write_atomic(Path(path), packed)
+        write_atomic(target, packed)
         return len(packed)
 
     @classmethod
