@@ -48,7 +48,8 @@ class GGUFError(ValueError):
 
 
 #: ggml's storage of the common tensor types: type id -> (elements per block, bytes
-#: per block) (``ggml/src/ggml.c``, ``type_traits``).
+#: per block) (``ggml/src/ggml.c``, ``type_traits``). The one table of them: the
+#: head kernel's matrices, the widened copies' blocks, a file's expected size.
 BLOCKS: dict[int, tuple[int, int]] = {
     0: (1, 4),  # F32
     1: (1, 2),  # F16

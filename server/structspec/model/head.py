@@ -50,14 +50,14 @@ from typing import Any
 
 import numpy as np
 
-from structspec.model.gguf_file import GGUFHeader, TensorInfo, read_header
+from structspec.model.gguf_file import BLOCKS, GGUFHeader, TensorInfo, read_header
 
 log = logging.getLogger(__name__)
 
 Q8_0 = 8  # ggml_type of Q8_0
 Q6_K = 14  # ggml_type of Q6_K
-#: The types the kernel takes: (values per block, bytes per block) in ggml's layout.
-BLOCKS: dict[int, tuple[int, int]] = {Q8_0: (32, 34), Q6_K: (256, 210)}
+#: The types the kernel takes (their blocks: ``gguf_file.BLOCKS``).
+KERNEL_TYPES = (Q8_0, Q6_K)
 #: The fewest rows of a verification pass whose head the kernel computes, per
 #: type; a pass of fewer is left to llama.cpp's head. At one row llama.cpp's
 #: Q6_K matrix-vector product is the cheaper: on the five Q6_K code-model
@@ -242,8 +242,8 @@ class NativeHead:
         tensor = head_tensor(layout)
         if tensor is None or tensor.shape != (n_embd, n_vocab):
             raise NoNativeHead(f"the GGUF has no {n_vocab} x {n_embd} output matrix")
-        if tensor.type not in BLOCKS:
-            covered = ", ".join(type_name(t) for t in BLOCKS)
+        if tensor.type not in KERNEL_TYPES:
+            covered = ", ".join(type_name(t) for t in KERNEL_TYPES)
             raise NoNativeHead(
                 f"the kernel does not cover the head type {type_name(tensor.type)} "
                 f"(it takes {covered})"
@@ -325,7 +325,7 @@ def head_type(path: str | os.PathLike[str]) -> str:
 
 def _matrix_bytes(qtype: int, rows: int, cols: int) -> int:
     """ggml's bytes of a ``rows x cols`` matrix of ``qtype``; 0 for a type or shape not taken."""
-    if qtype not in BLOCKS or cols % BLOCKS[qtype][0]:
+    if qtype not in KERNEL_TYPES or cols % BLOCKS[qtype][0]:
         return 0
     values, size = BLOCKS[qtype]
     return rows * (cols // values) * size

@@ -57,7 +57,7 @@ from structspec.files import (
     remove_stale_temporaries,
     write_atomic,
 )
-from structspec.model.gguf_file import GGUFError, GGUFHeader, read_header
+from structspec.model.gguf_file import BLOCKS, GGUFError, GGUFHeader, read_header
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,9 @@ Announce = Callable[[str], None]
 
 #: ggml type ids.
 Q5_0, Q8_0 = 6, 8
-#: Weights per block, and bytes per block of each type (fp16 scale first).
-BLOCK = 32
-Q5_0_BYTES, Q8_0_BYTES = 22, 34
+#: Weights per block (both types), and bytes per block of each (fp16 scale first).
+BLOCK, Q5_0_BYTES = BLOCKS[Q5_0]
+Q8_0_BYTES = BLOCKS[Q8_0][1]
 #: The cache folder's subfolder of the widened copies.
 FOLDER = "widened"
 #: Copies kept at most (the least recently loaded are removed first).
