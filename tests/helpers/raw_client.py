@@ -190,12 +190,19 @@ class RawClient:
 
     # -- sessions -------------------------------------------------------------
     def initialize(
-        self, options: Any = None, *, configuration: bool = True, experimental: Any = None
+        self,
+        options: Any = None,
+        *,
+        configuration: bool = True,
+        experimental: Any = None,
+        notebooks: bool = False,
     ) -> dict[str, Any]:
         caps: dict[str, Any] = {
             "textDocument": {"inlineCompletion": {}, "completion": {}},
             "workspace": {"configuration": configuration},
         }
+        if notebooks:
+            caps["notebookDocument"] = {"synchronization": {}}
         if experimental is not None:
             caps["experimental"] = experimental
         answer = self.call(

@@ -18,9 +18,11 @@ export const EDIT_SHADOW_MS = 100;
 
 /**
  * URI schemes of the documents synced to the server: files, unsaved buffers
- * and notebook cells (each cell a document of its own, as VS Code names it;
- * the server reads no document from disk, so any scheme's text is what the
- * editor sent). Their cursor is reported too (``reportsCursorIn``).
+ * and notebook cells (each cell a document of its own, as VS Code names it,
+ * synced with its notebook: the server declares notebook sync, and completes
+ * a cell in the text of its notebook's cells joined; it reads no document
+ * from disk, so any scheme's text is what the editor sent). Their cursor is
+ * reported too (``reportsCursorIn``).
  */
 export const SYNCED_SCHEMES: readonly string[] = ['file', 'untitled', 'vscode-notebook-cell'];
 

@@ -413,6 +413,15 @@ class DocumentStore:
         doc.version, doc.revision = version, next(self._revisions)
         return doc
 
+    def splice(self, uri: str, version: int, start: int, end: int, new_text: str) -> Document:
+        """Replace ``text[start:end]`` (``Document.replace``); raises ``UnknownDocument``."""
+        doc = self._docs.get(uri)
+        if doc is None:
+            raise UnknownDocument(uri)
+        doc.replace(start, end, new_text)
+        doc.version, doc.revision = version, next(self._revisions)
+        return doc
+
     def close(self, uri: str) -> bool:
         """Forget a document; ``False`` when it was not open."""
         return self._docs.pop(uri, None) is not None

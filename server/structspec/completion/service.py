@@ -4,7 +4,9 @@
 editor benchmark: a thin facade over the parts, each one job in its own module:
 
 - documents (``documents``) and the per-document sessions (``jobs.Session``):
-  open, change, close, kept here;
+  open, change, close, kept here; a notebook's cells are completed in the
+  text of its cells joined (``notebooks``): requests move into it and
+  suggestions back;
 - settings and model warm-up (``configure``), kept here;
 - the request lifecycle (``request.RequestFlow``): sharing or adopting the job
   in flight (``jobs``), typing through the suggestion on screen, debounce,
@@ -26,15 +28,24 @@ most twice.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import replace
 
 from structspec.completion.background import Background
 from structspec.completion.corpus import DocumentSnapshot
 from structspec.completion.debounce import AdaptiveDebounce
-from structspec.completion.documents import UTF16, Document, DocumentStore, TextChange, uri_path
+from structspec.completion.documents import (
+    UTF16,
+    Document,
+    DocumentStore,
+    TextChange,
+    UnknownDocument,
+    uri_path,
+)
 from structspec.completion.generate import CompletionInput
 from structspec.completion.host import (
     EngineLoader,
@@ -47,6 +58,7 @@ from structspec.completion.host import (
     model_key,
 )
 from structspec.completion.jobs import Job, Session
+from structspec.completion.notebooks import CellText, NotebookChange, NotebookStore, difference
 from structspec.completion.request import RequestFlow
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.status import StatusBoard
@@ -97,6 +109,9 @@ class CompletionService:
         self._given = settings
         self._explicit = frozenset(explicit)
         self.documents = DocumentStore(UTF16)
+        self.notebooks = NotebookStore(self.documents)
+        #: Per open notebook, the URIs of its notebook texts in ``documents``.
+        self._notebook_texts: dict[str, set[str]] = {}
         self.stats = AcceptanceStats()
         self.debounce = AdaptiveDebounce()
         self._sessions: dict[str, Session] = {}
@@ -147,9 +162,13 @@ class CompletionService:
         The edit's place becomes the document's latest (``jobs.Session.places``),
         and the places after it move with the text.
         """
+        return self._edited(uri, lambda: self.documents.change(uri, version, changes))
+
+    def _edited(self, uri: str, edit: Callable[[], Document]) -> Document:
+        """Run ``edit`` on document ``uri``, then note where it was (``change_document``)."""
         before = self.documents.get(uri)
         length = len(before.text) if before is not None else 0
-        doc = self.documents.change(uri, version, changes)
+        doc = edit()
         self.debounce.keystroke(time.perf_counter())
         self._touch(uri)
         places = self._sessions.setdefault(uri, Session()).places
@@ -170,6 +189,46 @@ class CompletionService:
         if session is not None and session.job is not None:
             session.job.cancel()
 
+    # -- notebooks -------------------------------------------------------------
+    def open_notebook(
+        self, uri: str, version: int, cells: Sequence[str], texts: Iterable[CellText]
+    ) -> None:
+        """Open notebook ``uri``: its cells' URIs in order and their texts (``notebooks``)."""
+        self.notebooks.open(uri, cells, texts)
+        self._sync_notebook(uri, version)
+
+    def change_notebook(self, uri: str, version: int, change: NotebookChange) -> None:
+        """Apply a notebook's change; raises ``UnknownDocument`` for one that is not open."""
+        if not self.notebooks.change(uri, change):
+            raise UnknownDocument(uri)
+        self._sync_notebook(uri, version)
+
+    def close_notebook(self, uri: str) -> None:
+        self.notebooks.close(uri)
+        for joined in self._notebook_texts.pop(uri, ()):
+            self.close_document(joined)
+
+    def _sync_notebook(self, uri: str, version: int) -> None:
+        """Bring the notebook's texts in ``documents`` up to its cells: each changed one by
+        one edit where it differs (``notebooks.difference``), so the place typed at is known."""
+        texts = self.notebooks.texts(uri)
+        for gone in self._notebook_texts.get(uri, set()) - texts.keys():
+            self.close_document(gone)
+        self._notebook_texts[uri] = set(texts)
+        for joined, (language, text) in texts.items():
+            doc = self.documents.get(joined)
+            if doc is None:
+                self.open_document(joined, language, version, text)
+            elif doc.text != text:
+                start, end, new = difference(doc.text, text)
+                splice = functools.partial(self.documents.splice, joined, version, start, end, new)
+                self._edited(joined, splice)
+
+    def _in_text(self, uri: str, line: int, character: int) -> tuple[str, int, int]:
+        """A position of a notebook cell in its notebook text; any other as it is."""
+        place = self.notebooks.place(uri, line, character)
+        return (uri, line, character) if place is None else (place.uri, place.line, place.character)
+
     def cursor_moved(self, uri: str, line: int, character: int) -> None:
         """The editor's cursor rests at ``line``/``character`` of ``uri``: pre-warm there.
 
@@ -177,7 +236,7 @@ class CompletionService:
         the suggestion on screen (pre-generation is working there).
         """
         self._cursor_reported = True
-        self._warm_at_cursor(uri, line, character)
+        self._warm_at_cursor(*self._in_text(uri, line, character))
 
     def cursor_named(self, uri: str, line: int, character: int) -> None:
         """A request named the cursor's place (``textDocument/documentHighlight``).
@@ -189,10 +248,11 @@ class CompletionService:
         the cursor itself, and when it names the place it named last (those
         clients ask again after every pause there).
         """
-        if self._cursor_reported or self._cursor_named == (uri, line, character):
+        where = self._in_text(uri, line, character)
+        if self._cursor_reported or self._cursor_named == where:
             return
-        self._cursor_named = (uri, line, character)
-        self._warm_at_cursor(uri, line, character)
+        self._cursor_named = where
+        self._warm_at_cursor(*where)
 
     def _warm_at_cursor(self, uri: str, line: int, character: int) -> None:
         doc = self.documents.get(uri)
@@ -353,7 +413,20 @@ class CompletionService:
         types what that generation is writing (it is then typed through its
         answer). Raises ``asyncio.CancelledError`` when the awaiting task is
         cancelled (the generation stops too once no request waits for it).
+
+        In a notebook cell, the request is asked in the cell's notebook text
+        and its suggestion moved back to the cell (``notebooks``).
         """
+        place = self.notebooks.place(request.uri, request.line, request.character)
+        if place is None:
+            return await self._complete(request)
+        moved = replace(request, uri=place.uri, line=place.line, character=place.character)
+        suggestion = await self._complete(moved)
+        if suggestion is None:
+            return None
+        return replace(suggestion, uri=request.uri, line=max(0, suggestion.line - place.first_line))
+
+    async def _complete(self, request: CompletionRequest) -> Suggestion | None:
         self._worker.bind_loop()
         doc = self.documents.get(request.uri)
         if doc is not None:

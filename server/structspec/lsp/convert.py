@@ -1,5 +1,6 @@
 """Suggestions to LSP results: inline completion items and completion-list items; LSP
-params to the service's values (``cursor_position``, ``language_id``).
+params to the service's values (``cursor_position``, ``language_id``, ``text_changes``,
+the notebook sync's ``cell_text`` and ``notebook_change``).
 
 Inline items replace the rest of the cursor's line when it is not blank
 (``insertText`` = suggestion + rest of line): editors then draw the ghost text
@@ -17,10 +18,13 @@ which filter a menu by the typed word keep the item.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Any
 
 from lsprotocol import types
 
+from structspec.completion.documents import Range, TextChange
+from structspec.completion.notebooks import CellEdit, CellText, NotebookChange
 from structspec.completion.types import ModelCost, Status, Suggestion
 
 ACCEPT_COMMAND = "structspec.accept"
@@ -155,3 +159,51 @@ def language_id(value: object) -> str:
     if isinstance(value, enum.Enum):
         value = value.value
     return value if isinstance(value, str) else ""
+
+
+def text_changes(
+    changes: Sequence[types.TextDocumentContentChangeEvent],
+) -> tuple[TextChange, ...]:
+    """A ``didChange``'s content changes (a change without a range replaces the whole text)."""
+    converted = []
+    for change in changes:
+        r = getattr(change, "range", None)
+        where = None
+        if r is not None:
+            where = Range(r.start.line, r.start.character, r.end.line, r.end.character)
+        converted.append(TextChange(change.text, where))
+    return tuple(converted)
+
+
+#: Notebook sync for every notebook type and every cell (``lsp.server``): each
+#: cell's language is served as a document's would be.
+NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
+    notebook_selector=[types.NotebookDocumentFilterWithNotebook(notebook="*")]
+)
+
+
+def cell_text(item: types.TextDocumentItem) -> CellText:
+    return CellText(item.uri, language_id(item.language_id), item.version, item.text)
+
+
+def notebook_change(event: types.NotebookDocumentChangeEvent) -> NotebookChange:
+    """A ``notebookDocument/didChange``'s cells (its metadata does not matter here)."""
+    cells = event.cells
+    if cells is None:
+        return NotebookChange()
+    edits = tuple(
+        CellEdit(c.document.uri, c.document.version, text_changes(c.changes))
+        for c in cells.text_content or ()
+    )
+    structure = cells.structure
+    if structure is None:
+        return NotebookChange(edits=edits)
+    array = structure.array
+    return NotebookChange(
+        start=array.start,
+        deleted=array.delete_count,
+        inserted=tuple(cell.document for cell in array.cells or ()),
+        opened=tuple(cell_text(item) for item in structure.did_open or ()),
+        closed=tuple(item.uri for item in structure.did_close or ()),
+        edits=edits,
+    )

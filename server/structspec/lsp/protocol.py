@@ -17,16 +17,16 @@ changes:
   (``"text": null`` in ``didOpen``) is such a misfit: pygls would have made it
   the string ``'None'``. A notification that does not fit is dropped with a
   log line; a ``didChange`` that does not fit (``"range": null``) is handed to
-  ``unreadable_edit`` with its document's URI: the server no longer knows that
-  document's text.
+  ``unreadable_edit`` with its document's (or notebook's) URI: the server no
+  longer knows that text.
 - Error responses carry no traceback and no file path: an internal error is
   answered with a fixed message and the details go to the log.
 - A request to the client (``workspace/configuration``) that is not answered
   within ``CLIENT_REQUEST_TIMEOUT_S`` is given up: its future fails with
   ``TimeoutError`` and nothing of it is kept (a client that never answers cost
   memory with every request).
-- Documents are kept only in the service's store (pygls' own workspace copy
-  is bypassed): one copy of a 1 MB buffer.
+- Documents and notebooks are kept only in the service's store (pygls' own
+  workspace copy is bypassed): one copy of a 1 MB buffer.
 
 The pygls internals this needs, and two pygls bugs worked around, are in
 ``structspec.lsp.pygls_compat``; this module names no pygls private.
@@ -147,20 +147,28 @@ class _BadRequest:
         self.error = error
 
 
+#: The ``didChange`` notifications, and the params field that names what they edit.
+_EDITED_FIELD = {
+    types.TEXT_DOCUMENT_DID_CHANGE: "textDocument",
+    types.NOTEBOOK_DOCUMENT_DID_CHANGE: "notebookDocument",
+}
+
+
 class _UnreadableEdit:
     """A ``didChange`` whose params could not be structured, of a document named in it."""
 
-    method = types.TEXT_DOCUMENT_DID_CHANGE
     id = None
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, method: str, uri: str) -> None:
+        self.method = method
         self.uri = uri
 
 
 def _edited_uri(data: dict[str, Any]) -> str | None:
-    """The document URI a ``didChange`` message names, if it names one."""
+    """The document (or notebook) URI a ``didChange`` message names, if it names one."""
     params = data.get("params")
-    document = params.get("textDocument") if isinstance(params, dict) else None
+    field = _EDITED_FIELD.get(str(data.get("method")))
+    document = params.get(field) if isinstance(params, dict) and field else None
     uri = document.get("uri") if isinstance(document, dict) else None
     return uri if isinstance(uri, str) else None
 
@@ -178,8 +186,9 @@ class StructspecProtocol(PyglsProtocol):
         self._stop: Callable[[int], None] = server.stop
         #: ``initialize`` was answered: other requests are served from now on.
         self.handshake_done = False
-        #: Called with a document's URI when a ``didChange`` of it could not be read.
-        self.unreadable_edit: Callable[[str], None] = lambda uri: None
+        #: Called with a document's (or, ``True``, a notebook's) URI when a
+        #: ``didChange`` of it could not be read.
+        self.unreadable_edit: Callable[[str, bool], None] = lambda uri, notebook: None
 
     # -- JSON-RPC ------------------------------------------------------------
     def receive(self, body: bytes) -> None:
@@ -269,10 +278,9 @@ class StructspecProtocol(PyglsProtocol):
         except JsonRpcException as exc:
             if "id" in data and "method" in data:
                 return _BadRequest(data["id"], str(data["method"]), exc)
-            if data.get("method") == types.TEXT_DOCUMENT_DID_CHANGE:
-                uri = _edited_uri(data)
-                if uri is not None:
-                    return _UnreadableEdit(uri)
+            uri = _edited_uri(data)
+            if uri is not None:
+                return _UnreadableEdit(str(data["method"]), uri)
             raise
 
     def handle_message(self, message: Any) -> None:
@@ -294,7 +302,8 @@ class StructspecProtocol(PyglsProtocol):
                     log.info("dropped %s notification: %s", method, refusal.message)
                 return
         if isinstance(message, _UnreadableEdit):
-            self.unreadable_edit(message.uri)
+            notebook = message.method == types.NOTEBOOK_DOCUMENT_DID_CHANGE
+            self.unreadable_edit(message.uri, notebook)
             return
         if isinstance(message, _BadRequest):
             log.warning("invalid params for %s (id %r)", message.method, message.id)
@@ -364,4 +373,25 @@ class StructspecProtocol(PyglsProtocol):
         self, params: types.DidCloseTextDocumentParams
     ) -> Generator[Any, Any, None]:
         if (handler := self.user_handler(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def lsp_notebook_document__did_open(
+        self, params: types.DidOpenNotebookDocumentParams
+    ) -> Generator[Any, Any, None]:
+        if (handler := self.user_handler(types.NOTEBOOK_DOCUMENT_DID_OPEN)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def lsp_notebook_document__did_change(
+        self, params: types.DidChangeNotebookDocumentParams
+    ) -> Generator[Any, Any, None]:
+        if (handler := self.user_handler(types.NOTEBOOK_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def lsp_notebook_document__did_close(
+        self, params: types.DidCloseNotebookDocumentParams
+    ) -> Generator[Any, Any, None]:
+        if (handler := self.user_handler(types.NOTEBOOK_DOCUMENT_DID_CLOSE)) is not None:
             yield handler, (params,), None

@@ -36,19 +36,23 @@ from pygls.exceptions import JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRp
 from pygls.lsp.server import LanguageServer
 
 from structspec import __version__
-from structspec.completion.documents import ENCODINGS, Range, TextChange, UnknownDocument
+from structspec.completion.documents import ENCODINGS, UnknownDocument
 from structspec.completion.service import CompletionRequest, CompletionService, Status
 from structspec.config import Settings, apply
 from structspec.lsp.convert import (
     ACCEPT_COMMAND,
     CURSOR_NOTIFICATION,
+    NOTEBOOK_SYNC,
     STATUS_NOTIFICATION,
+    cell_text,
     completion_list,
     cursor_position,
     inline_completion,
     language_id,
+    notebook_change,
     reports_cursor,
     status_json,
+    text_changes,
 )
 from structspec.lsp.protocol import StructspecProtocol
 
@@ -74,7 +78,12 @@ class StructspecServer(LanguageServer):
         pinned: Mapping[str, Any] | None = None,
         explicit: Collection[str] = (),
     ) -> None:
-        super().__init__("structspec-lsp", __version__, protocol_cls=StructspecProtocol)
+        super().__init__(
+            "structspec-lsp",
+            __version__,
+            protocol_cls=StructspecProtocol,
+            notebook_document_sync=NOTEBOOK_SYNC,
+        )
         self.base = base
         #: The settings of ``base`` that a layer set (config file, environment, flag).
         self.base_explicit = frozenset(explicit)
@@ -295,7 +304,7 @@ def _register_lifecycle(server: StructspecServer, service: CompletionService) ->
 
 
 def _register_documents(server: StructspecServer, service: CompletionService) -> None:
-    """Document open/change/close and the client's cursor notification."""
+    """Document and notebook open/change/close and the client's cursor notification."""
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: StructspecServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -305,13 +314,7 @@ def _register_documents(server: StructspecServer, service: CompletionService) ->
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: StructspecServer, params: types.DidChangeTextDocumentParams) -> None:
         uri = params.text_document.uri
-        changes = []
-        for change in params.content_changes:
-            r = getattr(change, "range", None)
-            rng = None
-            if r is not None:
-                rng = Range(r.start.line, r.start.character, r.end.line, r.end.character)
-            changes.append(TextChange(change.text, rng))
+        changes = text_changes(params.content_changes)
         try:
             service.change_document(uri, params.text_document.version, changes)
         except UnknownDocument:
@@ -321,18 +324,46 @@ def _register_documents(server: StructspecServer, service: CompletionService) ->
             else:
                 log.warning("didChange for a document that is not open: %s", uri)
 
-    def unreadable_edit(uri: str) -> None:
+    def unreadable_edit(uri: str, notebook: bool) -> None:
         # Applied or not, the text is no longer the editor's: suggestions from it
         # would be written at the wrong places. Forgotten until the editor sends
         # the whole text (a whole-text change adopts it; reopening the file does).
         log.warning("an edit of %s could not be read: its text is forgotten until sent whole", uri)
-        service.close_document(uri)
+        if notebook:
+            service.close_notebook(uri)
+        else:
+            service.close_document(uri)
 
     server.protocol.unreadable_edit = unreadable_edit
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: StructspecServer, params: types.DidCloseTextDocumentParams) -> None:
         service.close_document(params.text_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def did_open_notebook(
+        ls: StructspecServer, params: types.DidOpenNotebookDocumentParams
+    ) -> None:
+        notebook = params.notebook_document
+        cells = [cell.document for cell in notebook.cells]
+        texts = [cell_text(item) for item in params.cell_text_documents]
+        service.open_notebook(notebook.uri, notebook.version, cells, texts)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def did_change_notebook(
+        ls: StructspecServer, params: types.DidChangeNotebookDocumentParams
+    ) -> None:
+        notebook = params.notebook_document
+        try:
+            service.change_notebook(notebook.uri, notebook.version, notebook_change(params.change))
+        except UnknownDocument:
+            log.warning("didChange of a notebook that is not open: %s", notebook.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def did_close_notebook(
+        ls: StructspecServer, params: types.DidCloseNotebookDocumentParams
+    ) -> None:
+        service.close_notebook(params.notebook_document.uri)
 
     @server.feature(CURSOR_NOTIFICATION)
     def did_move_cursor(ls: StructspecServer, params: Any) -> None:
