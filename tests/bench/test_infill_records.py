@@ -14,9 +14,9 @@ from structspec.bench.infill import (
     OPTIONS,
     TYPED,
     Case,
+    InfillServer,
     Scores,
     _arrivals_table,
-    _InfillServer,
     parse_arrivals,
 )
 from structspec.config import Settings
@@ -55,7 +55,7 @@ def test_every_answer_is_recorded_with_the_servers_account(tmp_path: Path) -> No
         ("turn x", {"emptyReasons": {"stop-rule": 1}, "servedFromCache": 1}),
         (None, {"emptyReasons": {"stop-rule": 1}, "servedFromCache": 1}),  # nothing counted
     ]
-    server = _InfillServer("no context", {}, "", 1, 10.0)
+    server = InfillServer("no context", {}, "", 1, 10.0)
     server.client = ScriptedClient(answers)  # type: ignore[assignment]
     scores = Scores()
     asyncio.run(server.run_case(CASE, "cold", 0.0, scores, tmp_path))
@@ -77,7 +77,7 @@ def test_every_answer_is_recorded_with_the_servers_account(tmp_path: Path) -> No
 
 def test_a_forced_arrival_is_taken_for_every_line(tmp_path: Path) -> None:
     """``plain``: no cursor report; the arrivals table lists only the arrivals asked."""
-    server = _InfillServer("no context", {}, "", 1, 10.0)
+    server = InfillServer("no context", {}, "", 1, 10.0)
     client = ScriptedClient([("return x", {})] + [("", {})] * TYPED)
     server.client = client  # type: ignore[assignment]
     scores = Scores()
@@ -94,7 +94,7 @@ def test_a_forced_arrival_is_taken_for_every_line(tmp_path: Path) -> None:
 def test_a_highlight_client_asks_for_highlights_at_the_line_and_reports_no_cursor(
     tmp_path: Path,
 ) -> None:
-    server = _InfillServer("no context", {}, "", 1, 10.0)
+    server = InfillServer("no context", {}, "", 1, 10.0)
     client = ScriptedClient([("return x", {})] + [("", {})] * TYPED)
     server.client = client  # type: ignore[assignment]
     scores = Scores()

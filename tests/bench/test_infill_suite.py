@@ -12,7 +12,7 @@ from structspec.bench.infill import (
     DEFAULT_ARRIVALS,
     TYPED,
     Scores,
-    _clear_line,
+    clear_line,
     edit_similarity,
     first_word,
     humaneval_cases,
@@ -35,10 +35,10 @@ def test_scoring():
 
 
 def test_cleared_line():
-    text, indent, target = _clear_line("def f():\n    return 1\n\n", 1)
+    text, indent, target = clear_line("def f():\n    return 1\n\n", 1)
     assert (text, indent, target) == ("def f():\n    \n\n", "    ", "return 1")
-    assert _clear_line("a\n\nb\n", 1) is None  # blank: nothing to predict
-    assert _clear_line("a\n", 5) is None
+    assert clear_line("a\n\nb\n", 1) is None  # blank: nothing to predict
+    assert clear_line("a\n", 5) is None
 
 
 def test_humaneval_cases_mask_a_solution_line():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -312,3 +313,70 @@ def test_random_notebook_changes_keep_every_notebook_text_and_place_right():
         if line < len(alone.line_starts()):
             assert joined.line_text(place.line) == alone.line_text(line)
     svc.close()
+
+
+class SlowStandIn(StandInModel):
+    """A stand-in whose passes take time: a pre-generation is running when a request comes."""
+
+    def verify(self, tokens: Sequence[int]) -> Rows:
+        time.sleep(0.02)
+        return super().verify(tokens)
+
+
+def test_a_cell_moved_while_its_request_waits_is_answered_at_its_own_line():
+    """The cell's place was taken before the request waited for the running
+    pre-generation: a cell added above it meanwhile moved it, and the answer was
+    made for another line of the notebook text (the blank one between cells)."""
+    line = "total = add(1, 2)"
+
+    async def main():
+        svc = service(SlowStandIn(eos_bias=-3.0))
+        uris = [cell(0), cell(1)]
+        svc.open_notebook(
+            NB,
+            1,
+            uris,
+            [
+                CellText(uris[0], "python", 1, "def add(a, b):\n    return a + b"),
+                CellText(uris[1], "python", 1, line),
+            ],
+        )
+        first = await svc.complete(CompletionRequest(uris[1], 0, 12))
+        await asyncio.sleep(0.05)  # its pre-generation runs
+        asked = asyncio.ensure_future(svc.complete(CompletionRequest(uris[1], 0, 12)))
+        await asyncio.sleep(0)  # the request waits for the pre-generation
+        above = cell(7)
+        svc.change_notebook(
+            NB,
+            2,
+            NotebookChange(
+                start=0, inserted=(above,), opened=(CellText(above, "python", 1, "import os\n"),)
+            ),
+        )
+        got = await asyncio.wait_for(asked, 30)
+        svc.close()
+        return first, got
+
+    first, got = asyncio.run(main())
+    for answer in (first, got):
+        assert answer is not None and answer.text
+        assert (answer.uri, answer.line, answer.character) == (cell(1), 0, 12)
+        assert answer.line_suffix == "1, 2)" and answer.line_end_character == len(line)
+
+
+def test_a_cell_closed_and_opened_again_in_one_change_stays_open_and_cells_stay_in_one_notebook():
+    store, uris = opened([("python", "a"), ("python", "b")])
+    again = NotebookChange(
+        start=1,
+        deleted=1,
+        inserted=(uris[1],),
+        opened=(CellText(uris[1], "sql", 1, "b"),),
+        closed=(uris[1],),
+    )
+    assert store.change(NB, again)
+    assert store.texts(NB) == {PY: ("python", "a"), joined_uri(NB, "sql"): ("sql", "b")}
+    # Another notebook naming a cell of this one does not take it (cell URIs are unique).
+    other = "file:///work/other.ipynb"
+    store.open(other, [uris[0]], [CellText(uris[0], "python", 1, "stolen")])
+    assert store.texts(other) == {}
+    assert store.texts(NB)[PY] == ("python", "a") and store.place(uris[0], 0, 0).uri == PY

@@ -132,9 +132,11 @@ class Case:
     indent: str
     target: str
     neighbours: tuple[tuple[str, str, str], ...] = ()  # (uri, languageId, text)
+    #: A notebook case's cells in order, its own with the line cleared (``bench.notebooks``).
+    cells: tuple[str, ...] = ()
 
 
-def _clear_line(source: str, line: int) -> tuple[str, str, str] | None:
+def clear_line(source: str, line: int) -> tuple[str, str, str] | None:
     """``(document with line cleared, indent, target)``, or ``None`` for a blank line."""
     lines = source.splitlines(keepends=True)
     if not 0 <= line < len(lines):
@@ -163,7 +165,7 @@ def humaneval_cases(limit: int) -> list[Case]:
         if not usable:
             continue
         masked = prompt.count("\n") + usable[len(usable) // 2]
-        cleared = _clear_line(prompt + solution, masked)
+        cleared = clear_line(prompt + solution, masked)
         if cleared is None:
             continue
         text, indent, target = cleared
@@ -216,7 +218,7 @@ def file_cases(limit: int, before_chars: int = BEFORE_CHARS) -> list[Case]:
             end = source.find("\n", min(len(source), cursor + AFTER_CHARS))
             source = source[start : len(source) if end < 0 else end + 1]
             line = source.count("\n", 0, cursor - start)
-            cleared = _clear_line(source, line)
+            cleared = clear_line(source, line)
             if cleared is None:
                 continue
             text, indent, target = cleared
@@ -343,7 +345,7 @@ def window_tokens(status: dict[str, Any]) -> int | None:
     return window if isinstance(window, int) and not isinstance(window, bool) else None
 
 
-class _InfillServer(ReplayedServer):
+class InfillServer(ReplayedServer):
     """A language server under test: opens cases and asks at the cleared line."""
 
     #: ``windowTokens`` after the latest answer (``window_tokens``).
@@ -406,6 +408,22 @@ class _InfillServer(ReplayedServer):
             self.open(uri, language, text)
         self.open(case.uri, case.language, case.text)
 
+    def type_at(self, case: Case, version: int, column: int, text: str) -> None:
+        """Type ``text`` at ``column`` of the case's line (its document's ``version``)."""
+        pos = {"line": case.line, "character": column}
+        self.client.notify(
+            "textDocument/didChange",
+            {
+                "textDocument": {"uri": case.uri, "version": version},
+                "contentChanges": [{"range": {"start": pos, "end": pos}, "text": text}],
+            },
+        )
+
+    def close_case(self, case: Case) -> None:
+        for uri, _, _ in case.neighbours:
+            self.close_doc(uri)
+        self.close_doc(case.uri)
+
     async def restart(self, cache_dir: Path | None) -> None:
         """Stop the server (shutdown, exit) and start it again, its cache in ``cache_dir``."""
         await self.client.close()
@@ -450,24 +468,15 @@ class _InfillServer(ReplayedServer):
         version = 1
         for k, ch in enumerate(case.target[:TYPED], 1):
             version += 1
-            pos = {"line": case.line, "character": column}
             t0 = time.perf_counter()
-            self.client.notify(
-                "textDocument/didChange",
-                {
-                    "textDocument": {"uri": case.uri, "version": version},
-                    "contentChanges": [{"range": {"start": pos, "end": pos}, "text": ch}],
-                },
-            )
+            self.type_at(case, version, column, ch)
             column += utf16_len(ch)
             suggestion, _, reason = await self.ask(case.uri, case.line, column)
             ms = (time.perf_counter() - t0) * 1000.0  # from the keystroke
             scores.warm_ms.append(ms)
             scores.add(k, case.target[:k] + suggestion, case.target)
             scores.record(case, self.name, arrival, k, ms, reason, self.window)
-        for uri, _, _ in case.neighbours:
-            self.close_doc(uri)
-        self.close_doc(case.uri)
+        self.close_case(case)
         if arrival == "restart":
             await self.restart(None)  # the other cases run without the prefix cache
 
@@ -487,7 +496,7 @@ async def _run(
 ) -> dict[str, dict[str, Scores]]:
     servers = []
     for name, options in configs:
-        server = _InfillServer(name, {**OPTIONS, **options}, model, threads, timeout_s)
+        server = InfillServer(name, {**OPTIONS, **options}, model, threads, timeout_s)
         servers.append(server)
     scores: dict[str, dict[str, Scores]] = {
         s.name: {"humaneval": Scores(), "files": Scores()} for s in servers
@@ -525,7 +534,7 @@ async def _run(
     return scores
 
 
-def _table(scores: dict[str, dict[str, Scores]], part: str, out: Out) -> dict[str, Any]:
+def score_table(scores: dict[str, dict[str, Scores]], part: str, out: Out) -> dict[str, Any]:
     out(
         f"{'':<16} {'exact@0':>8} {'exact@1':>8} {'exact@2':>8} {'exact@3':>8} "
         f"{'word@0':>7} {'word@3':>7} {'word4@3':>8} {'sim@0':>6} {'sim@3':>6} "
@@ -630,7 +639,7 @@ def run_infill_benchmark(
     for part in run_parts:
         out("")
         out(f"{part} ({parts[part]} lines):")
-        result[part] = _table(scores, part, out)
+        result[part] = score_table(scores, part, out)
     out("")
     out(f"first suggestion at the line by arrival ({' and '.join(run_parts)} lines together):")
     result["arrivals"] = _arrivals_table(scores, run_parts, out, arrivals)

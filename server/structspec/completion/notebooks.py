@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from structspec.completion.documents import Document, DocumentStore, TextChange
+from structspec.completion.types import CompletionRequest, Suggestion
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,15 @@ class CellPlace:
     character: int
     #: The cell's first line in the notebook text: a suggestion's line minus it is the cell's.
     first_line: int
+
+    def request(self, cell: CompletionRequest) -> CompletionRequest:
+        """``cell`` (a request in the cell) asked in the notebook text."""
+        return replace(cell, uri=self.uri, line=self.line, character=self.character)
+
+    def suggestion(self, suggestion: Suggestion, cell: CompletionRequest) -> Suggestion:
+        """A suggestion in the notebook text (where this place was when its text was read),
+        in the cell of the request ``cell``."""
+        return replace(suggestion, uri=cell.uri, line=suggestion.line - self.first_line)
 
 
 def joined_uri(notebook_uri: str, language: str) -> str:
@@ -160,11 +170,11 @@ class NotebookStore:
             end = min(len(order), start + max(0, change.deleted))
             kept = set(order[:start] + order[end:])
             order[start:end] = [c for c in dict.fromkeys(change.inserted) if c not in kept]
-        for cell in change.opened:
-            self._open_cell(uri, cell)
-        for cell_uri in change.closed:
+        for cell_uri in change.closed:  # first: a cell closed and opened again stays open
             if self._notebook_of.get(cell_uri) == uri:  # not another notebook's cell
                 self._close_cell(cell_uri)
+        for cell in change.opened:
+            self._open_cell(uri, cell)
         self._cells.encoding = self._documents.encoding
         for edit in change.edits:
             if self._notebook_of.get(edit.uri) != uri:
@@ -182,7 +192,15 @@ class NotebookStore:
         return joined
 
     def _open_cell(self, notebook: str, cell: CellText) -> None:
-        self._notebook_of[cell.uri] = notebook  # a cell named by two notebooks: the latest's
+        owner = self._notebook_of.get(cell.uri)
+        if owner is not None and owner != notebook:
+            # Cell URIs are unique (LSP): another notebook's cell stays its, and that
+            # notebook's text stays as it is.
+            log.warning(
+                "cell %s is already in notebook %s: not taken into %s", cell.uri, owner, notebook
+            )
+            return
+        self._notebook_of[cell.uri] = notebook
         self._cells.open(cell.uri, cell.language, cell.version, cell.text)
 
     def _close_cell(self, cell_uri: str) -> None:

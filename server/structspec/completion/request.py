@@ -42,6 +42,7 @@ from structspec.completion.debounce import AdaptiveDebounce
 from structspec.completion.documents import Document, DocumentStore, index_to_column, uri_path
 from structspec.completion.generate import Outcome, why_empty
 from structspec.completion.jobs import Job, JobMaker, Result, Session, edited, job_done, wait
+from structspec.completion.notebooks import NotebookStore
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.status import StatusBoard
 from structspec.completion.suggest import CursorContext, continuation_answer
@@ -67,9 +68,11 @@ class RequestFlow:
         background: Background,
         settings: Callable[[], Settings],
         make_job: JobMaker,
+        notebooks: NotebookStore,
     ) -> None:
         self._worker = worker
         self._documents = documents
+        self._notebooks = notebooks
         self._sessions = sessions
         self._stats = stats
         self._debounce = debounce
@@ -83,8 +86,17 @@ class RequestFlow:
         self._waiting: dict[str, int] = {}
 
     async def complete(self, request: CompletionRequest) -> Suggestion | None:
-        """A suggestion at the request's cursor, or ``None`` (``CompletionService.complete``)."""
+        """A suggestion at the request's cursor, or ``None`` (``CompletionService.complete``).
+
+        A notebook cell's request is asked in its notebook text and its
+        suggestion moved back to the cell (``notebooks``). The cell is placed
+        in that text once the request no longer waits, as its text is read:
+        an edit of another cell meanwhile (a cell added above) moves it.
+        """
         t0 = time.perf_counter()
+        cell = request
+        if (place := self._notebooks.place(cell.uri, cell.line, cell.character)) is not None:
+            request = place.request(cell)  # the notebook text: the document the waits are for
         if not self._types_through_remotely(request):
             self._background.abandon()
             ticket = next(self._arrivals)
@@ -101,6 +113,17 @@ class RequestFlow:
                 # this one must not cancel its job.
                 self._empty(request, t0, EmptyReason.CANCELLED)
                 return None
+        if place is None:
+            return await self._respond(request, t0)
+        place = self._notebooks.place(cell.uri, cell.line, cell.character)
+        if place is None:  # the cell was closed meanwhile
+            self._empty(request, t0, EmptyReason.NOT_SERVED)
+            return None
+        suggestion = await self._respond(place.request(cell), t0)
+        return None if suggestion is None else place.suggestion(suggestion, cell)
+
+    async def _respond(self, request: CompletionRequest, t0: float) -> Suggestion | None:
+        """``complete`` from the moment the request no longer waits for background work."""
         stats = self._stats
         stats.requests += 1
         doc = self._documents.get(request.uri)

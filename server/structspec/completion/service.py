@@ -33,7 +33,6 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import replace
 
 from structspec.completion.background import Background
 from structspec.completion.corpus import DocumentSnapshot
@@ -146,6 +145,7 @@ class CompletionService:
             self._background,
             lambda: self.settings,
             self._job,
+            self.notebooks,
         )
 
     # -- documents ---------------------------------------------------------
@@ -417,21 +417,12 @@ class CompletionService:
         In a notebook cell, the request is asked in the cell's notebook text
         and its suggestion moved back to the cell (``notebooks``).
         """
-        place = self.notebooks.place(request.uri, request.line, request.character)
-        if place is None:
-            return await self._complete(request)
-        moved = replace(request, uri=place.uri, line=place.line, character=place.character)
-        suggestion = await self._complete(moved)
-        if suggestion is None:
-            return None
-        return replace(suggestion, uri=request.uri, line=max(0, suggestion.line - place.first_line))
-
-    async def _complete(self, request: CompletionRequest) -> Suggestion | None:
         self._worker.bind_loop()
-        doc = self.documents.get(request.uri)
+        uri, line, character = self._in_text(request.uri, request.line, request.character)
+        doc = self.documents.get(uri)
         if doc is not None:
-            at = doc.offset_at(request.line, request.character, self.documents.encoding)
-            self._sessions.setdefault(request.uri, Session()).places.visit(at)
+            at = doc.offset_at(line, character, self.documents.encoding)
+            self._sessions.setdefault(uri, Session()).places.visit(at)
         suggestion = await self._requests.complete(request)
-        self._background.resume(request.uri)  # warm where the user is while they read
+        self._background.resume(uri)  # warm where the user is while they read
         return suggestion

@@ -18,7 +18,8 @@ changes:
   the string ``'None'``. A notification that does not fit is dropped with a
   log line; a ``didChange`` that does not fit (``"range": null``) is handed to
   ``unreadable_edit`` with its document's (or notebook's) URI: the server no
-  longer knows that text.
+  longer knows that text. So is a ``didClose`` that does not fit: what it
+  names is forgotten, as it asked.
 - Error responses carry no traceback and no file path: an internal error is
   answered with a fixed message and the details go to the log.
 - A request to the client (``workspace/configuration``) that is not answered
@@ -147,15 +148,21 @@ class _BadRequest:
         self.error = error
 
 
-#: The ``didChange`` notifications, and the params field that names what they edit.
+#: The ``didChange`` and ``didClose`` notifications, and the params field that names
+#: what they edit or close. One that cannot be read forgets what it names: an
+#: edit's text is no longer known, and a close was meant to forget it anyway.
 _EDITED_FIELD = {
     types.TEXT_DOCUMENT_DID_CHANGE: "textDocument",
+    types.TEXT_DOCUMENT_DID_CLOSE: "textDocument",
     types.NOTEBOOK_DOCUMENT_DID_CHANGE: "notebookDocument",
+    types.NOTEBOOK_DOCUMENT_DID_CLOSE: "notebookDocument",
 }
+_NOTEBOOK_METHODS = (types.NOTEBOOK_DOCUMENT_DID_CHANGE, types.NOTEBOOK_DOCUMENT_DID_CLOSE)
 
 
 class _UnreadableEdit:
-    """A ``didChange`` whose params could not be structured, of a document named in it."""
+    """A ``didChange`` or ``didClose`` whose params could not be structured, of a document
+    (or notebook) named in it."""
 
     id = None
 
@@ -165,7 +172,7 @@ class _UnreadableEdit:
 
 
 def _edited_uri(data: dict[str, Any]) -> str | None:
-    """The document (or notebook) URI a ``didChange`` message names, if it names one."""
+    """The document (or notebook) URI a ``didChange`` or ``didClose`` names, if it names one."""
     params = data.get("params")
     field = _EDITED_FIELD.get(str(data.get("method")))
     document = params.get(field) if isinstance(params, dict) and field else None
@@ -302,8 +309,7 @@ class StructspecProtocol(PyglsProtocol):
                     log.info("dropped %s notification: %s", method, refusal.message)
                 return
         if isinstance(message, _UnreadableEdit):
-            notebook = message.method == types.NOTEBOOK_DOCUMENT_DID_CHANGE
-            self.unreadable_edit(message.uri, notebook)
+            self.unreadable_edit(message.uri, message.method in _NOTEBOOK_METHODS)
             return
         if isinstance(message, _BadRequest):
             log.warning("invalid params for %s (id %r)", message.method, message.id)
