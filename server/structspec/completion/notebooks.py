@@ -149,9 +149,6 @@ class NotebookStore:
         self._order: dict[str, list[str]] = {}  # notebook URI -> its cells' URIs
         self._notebook_of: dict[str, str] = {}  # cell URI -> notebook URI
 
-    def __contains__(self, uri: object) -> bool:
-        return uri in self._order
-
     def open(self, uri: str, cells: Sequence[str], texts: Iterable[CellText]) -> None:
         """Open (or reopen, replacing) notebook ``uri``: its cells' URIs in order, their texts."""
         if uri in self._order:
@@ -183,13 +180,11 @@ class NotebookStore:
             self._cells.change(edit.uri, edit.version, edit.changes)
         return True
 
-    def close(self, uri: str) -> list[str]:
-        """Forget notebook ``uri``; the URIs of its notebook texts (none when it was not open)."""
-        joined = list(self.texts(uri))
+    def close(self, uri: str) -> None:
+        """Forget notebook ``uri`` and its cells' texts."""
         self._order.pop(uri, None)
         for cell_uri in [c for c, owner in self._notebook_of.items() if owner == uri]:
             self._close_cell(cell_uri)  # listed or not
-        return joined
 
     def _open_cell(self, notebook: str, cell: CellText) -> None:
         owner = self._notebook_of.get(cell.uri)
