@@ -194,7 +194,7 @@ class StructspecProtocol(PyglsProtocol):
         #: ``initialize`` was answered: other requests are served from now on.
         self.handshake_done = False
         #: Called with a document's (or, ``True``, a notebook's) URI when a
-        #: ``didChange`` of it could not be read.
+        #: ``didChange`` or ``didClose`` of it could not be read.
         self.unreadable_edit: Callable[[str, bool], None] = lambda uri, notebook: None
 
     # -- JSON-RPC ------------------------------------------------------------

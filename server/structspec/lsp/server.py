@@ -328,8 +328,8 @@ def _register_documents(server: StructspecServer, service: CompletionService) ->
         # Applied or not, the text is no longer the editor's: suggestions from it
         # would be written at the wrong places. Forgotten until the editor sends
         # the whole text (a whole-text change adopts it; reopening the file does).
-        # (A close that cannot be read forgets it too, as it asked.)
-        log.warning("an edit of %s could not be read: its text is forgotten until sent whole", uri)
+        # A close that cannot be read forgets it too, as it asked.
+        log.warning("a didChange or didClose of %s could not be read: its text is forgotten", uri)
         if notebook:
             service.close_notebook(uri)
         else:
