@@ -380,3 +380,23 @@ def test_a_cell_closed_and_opened_again_in_one_change_stays_open_and_cells_stay_
     store.open(other, [uris[0]], [CellText(uris[0], "python", 1, "stolen")])
     assert store.texts(other) == {}
     assert store.texts(NB)[PY] == ("python", "a") and store.place(uris[0], 0, 0).uri == PY
+
+
+def test_a_document_of_a_notebook_texts_name_does_not_replace_or_close_it():
+    """A plain ``didOpen``/``didChange``/``didClose`` under a notebook text's URI
+    replaced or removed the notebook's text: its cells were answered from that
+    document, or not at all, until the notebook's next edit."""
+    svc = service(StandInModel())
+    open_cells(svc)
+    text = svc.documents.get(PY).text
+    svc.open_document(PY, "python", 9, "hijacked = True")
+    with pytest.raises(KeyError):
+        svc.change_document(PY, 10, [TextChange("x", None)])
+    svc.close_document(PY)
+    assert svc.documents.get(PY).text == text
+    assert svc.notebooks.place(cell(2), 0, 0).uri == PY
+    svc.close_notebook(NB)  # the notebook's own close does close it
+    assert PY not in svc.documents
+    svc.open_document(PY, "python", 1, "a file of that name, once no notebook holds it")
+    assert svc.documents.get(PY).version == 1
+    svc.close()

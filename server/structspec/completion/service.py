@@ -149,19 +149,27 @@ class CompletionService:
         )
 
     # -- documents ---------------------------------------------------------
-    def open_document(self, uri: str, language: str, version: int, text: str) -> Document:
+    def open_document(self, uri: str, language: str, version: int, text: str) -> None:
+        """Open (or reopen) a document the editor sent; a notebook text's URI is refused
+        (``_notebook_text``)."""
+        if not self._notebook_text(uri, "didOpen"):
+            self._open_document(uri, language, version, text)
+
+    def _open_document(self, uri: str, language: str, version: int, text: str) -> None:
         self._touch(uri)
         self._draft_languages[uri] = draft_language(uri, language, text)
-        doc = self.documents.open(uri, language, version, text)
+        self.documents.open(uri, language, version, text)
         self._background.schedule_prewarm(uri, rested=True)
-        return doc
 
     def change_document(self, uri: str, version: int, changes: Iterable[TextChange]) -> Document:
-        """Apply edits; raises ``UnknownDocument`` for a URI that is not open.
+        """Apply edits; raises ``UnknownDocument`` for a URI that is not open (or is a
+        notebook text's, which only its notebook's changes edit).
 
         The edit's place becomes the document's latest (``jobs.Session.places``),
         and the places after it move with the text.
         """
+        if self._notebook_text(uri, "didChange"):
+            raise UnknownDocument(uri)
         return self._edited(uri, lambda: self.documents.change(uri, version, changes))
 
     def _edited(self, uri: str, edit: Callable[[], Document]) -> Document:
@@ -180,6 +188,19 @@ class CompletionService:
         return doc
 
     def close_document(self, uri: str) -> None:
+        """Forget a document the editor closed; a notebook text's URI is refused."""
+        if not self._notebook_text(uri, "didClose"):
+            self._close_document(uri)
+
+    def _notebook_text(self, uri: str, what: str) -> bool:
+        """``uri`` is a notebook text's: its notebook's events alone open, edit and
+        close it, never a document's of the same name (logged as ``what``)."""
+        if not any(uri in texts for texts in self._notebook_texts.values()):
+            return False
+        log.warning("%s of %s refused: the URI is a notebook's text", what, uri)
+        return True
+
+    def _close_document(self, uri: str) -> None:
         self.documents.close(uri)
         self._recent.pop(uri, None)
         self._draft_languages.pop(uri, None)
@@ -206,19 +227,19 @@ class CompletionService:
     def close_notebook(self, uri: str) -> None:
         self.notebooks.close(uri)
         for joined in self._notebook_texts.pop(uri, ()):
-            self.close_document(joined)
+            self._close_document(joined)
 
     def _sync_notebook(self, uri: str, version: int) -> None:
         """Bring the notebook's texts in ``documents`` up to its cells: each changed one by
         one edit where it differs (``notebooks.difference``), so the place typed at is known."""
         texts = self.notebooks.texts(uri)
         for gone in self._notebook_texts.get(uri, set()) - texts.keys():
-            self.close_document(gone)
+            self._close_document(gone)
         self._notebook_texts[uri] = set(texts)
         for joined, (language, text) in texts.items():
             doc = self.documents.get(joined)
             if doc is None:
-                self.open_document(joined, language, version, text)
+                self._open_document(joined, language, version, text)
             elif doc.text != text:
                 start, end, new = difference(doc.text, text)
                 splice = functools.partial(self.documents.splice, joined, version, start, end, new)
