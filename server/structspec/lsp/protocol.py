@@ -180,6 +180,17 @@ def _edited_uri(data: dict[str, Any]) -> str | None:
     return uri if isinstance(uri, str) else None
 
 
+def _user_handler_only(method: str) -> Callable[..., Generator[Any, Any, None]]:
+    """A built-in handler of notification ``method`` that runs its user handler alone."""
+
+    @lsp_method(method)
+    def handler(self: PyglsProtocol, params: Any) -> Generator[Any, Any, None]:
+        if (user := self.user_handler(method)) is not None:
+            yield user, (params,), None
+
+    return handler
+
+
 class StructspecProtocol(PyglsProtocol):
     """pygls' protocol with the robustness described in the module docstring.
 
@@ -359,45 +370,12 @@ class StructspecProtocol(PyglsProtocol):
             yield handler, args, None
         self._stop(0 if self.shutdown_received else 1)
 
-    # Document sync: the user handlers (the service's store) only.
-    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
-    def lsp_text_document__did_open(
-        self, params: types.DidOpenTextDocumentParams
-    ) -> Generator[Any, Any, None]:
-        if (handler := self.user_handler(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
-            yield handler, (params,), None
-
-    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(
-        self, params: types.DidChangeTextDocumentParams
-    ) -> Generator[Any, Any, None]:
-        if (handler := self.user_handler(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
-            yield handler, (params,), None
-
-    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
-    def lsp_text_document__did_close(
-        self, params: types.DidCloseTextDocumentParams
-    ) -> Generator[Any, Any, None]:
-        if (handler := self.user_handler(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
-            yield handler, (params,), None
-
-    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_OPEN)
-    def lsp_notebook_document__did_open(
-        self, params: types.DidOpenNotebookDocumentParams
-    ) -> Generator[Any, Any, None]:
-        if (handler := self.user_handler(types.NOTEBOOK_DOCUMENT_DID_OPEN)) is not None:
-            yield handler, (params,), None
-
-    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
-    def lsp_notebook_document__did_change(
-        self, params: types.DidChangeNotebookDocumentParams
-    ) -> Generator[Any, Any, None]:
-        if (handler := self.user_handler(types.NOTEBOOK_DOCUMENT_DID_CHANGE)) is not None:
-            yield handler, (params,), None
-
-    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
-    def lsp_notebook_document__did_close(
-        self, params: types.DidCloseNotebookDocumentParams
-    ) -> Generator[Any, Any, None]:
-        if (handler := self.user_handler(types.NOTEBOOK_DOCUMENT_DID_CLOSE)) is not None:
-            yield handler, (params,), None
+    # Document and notebook sync: the user handlers (the service's store) only. The
+    # names replace pygls' built-in handlers of the same names, which would keep a
+    # second copy of every text (``pygls_compat.RELIED_ON`` checks that they still exist).
+    lsp_text_document__did_open = _user_handler_only(types.TEXT_DOCUMENT_DID_OPEN)
+    lsp_text_document__did_change = _user_handler_only(types.TEXT_DOCUMENT_DID_CHANGE)
+    lsp_text_document__did_close = _user_handler_only(types.TEXT_DOCUMENT_DID_CLOSE)
+    lsp_notebook_document__did_open = _user_handler_only(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    lsp_notebook_document__did_change = _user_handler_only(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    lsp_notebook_document__did_close = _user_handler_only(types.NOTEBOOK_DOCUMENT_DID_CLOSE)

@@ -96,6 +96,21 @@ RELIED_ON: tuple[Relied, ...] = (
         "lsp_text_document__did_close",
         method=types.TEXT_DOCUMENT_DID_CLOSE,
     ),
+    Relied(
+        LanguageServerProtocol,
+        "lsp_notebook_document__did_open",
+        method=types.NOTEBOOK_DOCUMENT_DID_OPEN,
+    ),
+    Relied(
+        LanguageServerProtocol,
+        "lsp_notebook_document__did_change",
+        method=types.NOTEBOOK_DOCUMENT_DID_CHANGE,
+    ),
+    Relied(
+        LanguageServerProtocol,
+        "lsp_notebook_document__did_close",
+        method=types.NOTEBOOK_DOCUMENT_DID_CLOSE,
+    ),
 )
 
 
