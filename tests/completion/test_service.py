@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -422,8 +423,12 @@ def test_same_cursor_requests_share_one_generation():
 # -- settings ---------------------------------------------------------------------
 
 
-def counting_service(**settings):
-    """A service whose model opener and engine loader count their calls."""
+def counting_service(gate: threading.Event | None = None, **settings):
+    """A service whose model opener and engine loader count their calls.
+
+    ``gate``: each model opening waits for it (at most 30 s), so that the
+    settings a test changes meanwhile queue behind the load in progress.
+    """
     from structspec.runtime import load_available_engine
 
     calls = {"open": 0, "engine": 0}
@@ -431,6 +436,8 @@ def counting_service(**settings):
 
     def open_model(spec: str, **kw) -> StandInModel:
         calls["open"] += 1
+        if gate is not None:
+            gate.wait(30)
         return StandInModel(eos_bias=-3.0)
 
     def load_engine(settings, **kw):
@@ -467,9 +474,11 @@ def test_settings_that_do_not_shape_the_model_never_reload_it():
 
 def test_model_setting_toggles_coalesce_into_one_reload():
     async def scenario():
-        svc, calls, _ = counting_service()
+        gate = threading.Event()  # the first load lasts until every toggle came
+        svc, calls, _ = counting_service(gate)
         for i in range(20):
             svc.configure(Settings(**{**vars(svc.settings), "threads": 1 + i % 2}))
+        gate.set()
         svc.open_document("u", "python", 1, "x = ")
         r = await svc.complete(CompletionRequest("u", 0, 4))
         svc.close()
