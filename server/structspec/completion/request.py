@@ -24,6 +24,12 @@ it goes on (``remote``). A cancelled request stops its job,
 
 A request answered with nothing has a reason (``types.EmptyReason``): it is
 in the answer's log line and counted in the status (``emptyReasons``).
+
+A request naming the completion menu's selected item (``types.SelectedItem``)
+is asked in the document's text with that item applied (``Asked``): as if the
+user had accepted it. Its answer and pending suggestion are for that text;
+accepting the item makes it the document's, and the next request types
+through the suggestion. Only an edit of the document itself makes it stale.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import logging
 import posixpath
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from structspec.completion.background import Background
 from structspec.completion.cache import PendingSuggestion
@@ -46,12 +53,49 @@ from structspec.completion.notebooks import NotebookStore
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.status import StatusBoard
 from structspec.completion.suggest import CursorContext, continuation_answer
-from structspec.completion.types import CompletionRequest, EmptyReason, Suggestion
+from structspec.completion.types import CompletionRequest, EmptyReason, SelectedItem, Suggestion
 from structspec.completion.worker import Worker
 from structspec.config import Settings
 from structspec.engine.stats import GenerationStats
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a request asks about, read once it no longer waits.
+
+    ``base`` is the document's text then; ``text`` and ``offset`` are the text
+    the suggestion is for and its cursor: the base, or the base with the menu's
+    selected item applied (``applied``). ``t0``: when the request came.
+    """
+
+    doc: Document
+    base: str
+    text: str
+    offset: int
+    ctx: CursorContext
+    t0: float
+
+    @classmethod
+    def read(cls, doc: Document, request: CompletionRequest, encoding: str, t0: float) -> Asked:
+        base = doc.text
+        offset = doc.offset_at(request.line, request.character, encoding)
+        text = base
+        if request.selected is not None:
+            text, offset = applied(doc, request.line, request.selected, encoding)
+        return cls(doc, base, text, offset, CursorContext.at(text, offset), t0)
+
+    def stale(self) -> bool:
+        """The document changed since: an answer for ``text`` is no longer wanted."""
+        return edited(self.doc, self.base)
+
+
+def applied(doc: Document, line: int, item: SelectedItem, encoding: str) -> tuple[str, int]:
+    """The document's text with ``item`` accepted on ``line``, and the offset after it."""
+    start = doc.offset_at(line, item.start, encoding)
+    end = max(start, doc.offset_at(line, item.end, encoding))
+    return doc.text[:start] + item.text + doc.text[end:], start + len(item.text)
 
 
 class RequestFlow:
@@ -135,17 +179,16 @@ class RequestFlow:
             self._empty(request, t0, EmptyReason.NOT_SERVED)
             return None
         session = self._sessions.setdefault(request.uri, Session())
-        text = doc.text
-        offset = doc.offset_at(request.line, request.character, self._documents.encoding)
-        ctx = CursorContext.at(text, offset)
+        asked = Asked.read(doc, request, self._documents.encoding, t0)
+        text, offset = asked.text, asked.offset
 
         job, task = session.job, session.task
-        shared = (
+        shared = (  # an equal text: the same menu item over the word typed on (Asked)
             job is not None
             and task is not None
             and not job.cancelled()
-            and job.input.text is text
             and job.input.offset == offset
+            and (job.input.text is text or job.input.text == text)
         )
         if not shared:
             if (
@@ -154,12 +197,10 @@ class RequestFlow:
                 and job.input.settings is settings
                 and job.agrees(text, offset)
             ):
-                served, suggestion = await self._adopt(
-                    session, job, task, doc, text, offset, ctx, t0
-                )
+                served, suggestion = await self._adopt(session, job, task, asked)
                 if served:
                     return suggestion
-                if edited(doc, text):  # again, meanwhile: a newer request answers
+                if asked.stale():  # edited meanwhile: a newer request answers
                     self._empty(request, t0, EmptyReason.STALE)
                     return None
                 job = session.job
@@ -167,15 +208,15 @@ class RequestFlow:
                 job.cancel()
                 session.job = session.task = None
             if session.pending is not None:
-                served, suggestion = self._from_pending(session, doc, text, offset, ctx, t0)
+                served, suggestion = self._from_pending(session, asked)
                 if served:
                     return suggestion
-            job = self._make_job(session, request.uri, text, offset, settings, t0, ctx)
+            job = self._make_job(session, request.uri, text, offset, settings, t0, asked.ctx)
             task = asyncio.ensure_future(self._execute(job, request.invoked))
             task.add_done_callback(functools.partial(job_done, job))
             session.job, session.task = job, task
         assert job is not None and task is not None
-        return await self._answer(request, job, task, doc, text, offset, ctx, t0)
+        return await self._answer(request, job, task, asked)
 
     def _types_through_remotely(self, request: CompletionRequest) -> bool:
         """The request types through the suggestion on screen, from a remote engine.
@@ -189,46 +230,36 @@ class RequestFlow:
             return False
         if session.pending is None or session.job is not None:
             return False
-        offset = doc.offset_at(request.line, request.character, self._documents.encoding)
-        return session.pending.rest_at(doc.text, offset) is not None
+        asked = Asked.read(doc, request, self._documents.encoding, 0.0)
+        return session.pending.rest_at(asked.text, asked.offset) is not None
 
     async def _answer(
         self,
         request: CompletionRequest,
         job: Job,
         task: asyncio.Future[Result],
-        doc: Document,
-        text: str,
-        offset: int,
-        ctx: CursorContext,
-        t0: float,
+        asked: Asked,
     ) -> Suggestion | None:
         """Wait for the request's job and make its outcome the request's suggestion."""
         result = await wait(job, task, self._stats)
         outcome = result.outcome
-        reason = _why_empty(result, job, doc, text)
+        reason = _why_empty(result, job, asked)
         if reason is not None:
-            self._empty(request, t0, reason, outcome.stats)
+            self._empty(request, asked.t0, reason, outcome.stats)
             return None
         assert outcome.text is not None and result.id is not None
-        latency = (time.perf_counter() - t0) * 1000.0
+        latency = (time.perf_counter() - asked.t0) * 1000.0
         self._stats.record_latency(latency)
         _log_answer(request, latency, outcome.stats, "answer")
         self._background.schedule_pregeneration(request.uri)  # the job is done: the worker is free
-        return self._suggestion(
-            result.id, doc, text, offset, ctx, outcome.text, "model", latency, outcome.stats
-        )
+        return self._suggestion(result.id, asked, outcome.text, "model", latency, outcome.stats)
 
     async def _adopt(
         self,
         session: Session,
         job: Job,
         task: asyncio.Future[Result],
-        doc: Document,
-        text: str,
-        offset: int,
-        ctx: CursorContext,
-        t0: float,
+        asked: Asked,
     ) -> tuple[bool, Suggestion | None]:
         """Wait for ``job`` (the edits since agree with it), then type through its answer.
 
@@ -237,51 +268,42 @@ class RequestFlow:
         """
         result = await wait(job, task, self._stats)
         pending = session.pending
-        if edited(doc, text) or pending is None or result.id is None or pending.id != result.id:
+        if asked.stale() or pending is None or result.id is None or pending.id != result.id:
             return False, None
-        served, answer = self._from_pending(session, doc, text, offset, ctx, t0)
+        served, answer = self._from_pending(session, asked)
         if served:
             self._stats.served_from_generation_in_flight += 1
             if answer is not None and not self._stats.is_shown(answer.id):
                 # Its own request was cancelled before it came: this is its first showing.
                 self._stats.record_shown(answer.id, len(pending.text))
-            self._background.schedule_pregeneration(doc.uri)
+            self._background.schedule_pregeneration(asked.doc.uri)
         return served, answer
 
-    def _from_pending(
-        self,
-        session: Session,
-        doc: Document,
-        text: str,
-        offset: int,
-        ctx: CursorContext,
-        t0: float,
-    ) -> tuple[bool, Suggestion | None]:
+    def _from_pending(self, session: Session, asked: Asked) -> tuple[bool, Suggestion | None]:
         """Answer from the suggestion on screen or what pre-generation wrote, without the model.
 
         Returns ``(served, suggestion)``; when not served the pending entry is dropped.
         """
         pending = session.pending
         assert pending is not None
+        text, offset, uri = asked.text, asked.offset, asked.doc.uri
         rest = pending.rest_at(text, offset)
         follow = pending.continuation_at(text, offset) if rest is None else None
         cont = pending.continuation
         ready, shown = (
             (False, None)
             if follow is None or cont is None
-            else continuation_answer(follow, cont.ended, ctx)
+            else continuation_answer(follow, cont.ended, asked.ctx)
         )
         if rest is None and not ready:
             session.pending = None
             return False, None
         self._stats.served_from_cache += 1
-        latency = (time.perf_counter() - t0) * 1000.0
+        latency = (time.perf_counter() - asked.t0) * 1000.0
         self._stats.record_latency(latency)
         if rest is not None:  # typing through the suggestion on screen
-            self._background.pregenerate_meanwhile(doc.uri)
-            return True, self._suggestion(
-                pending.id, doc, text, offset, ctx, rest, "cache", latency, None
-            )
+            self._background.pregenerate_meanwhile(uri)
+            return True, self._suggestion(pending.id, asked, rest, "cache", latency, None)
         # Past it, along what the model wrote: a new suggestion, or the model's "nothing".
         follow = follow or ""
         assert cont is not None
@@ -289,15 +311,13 @@ class RequestFlow:
         suggestion_id = f"s{next(self._ids)}" if shown is not None else ""
         here = cont.after(len(cont.text) - len(follow))
         session.pending = PendingSuggestion.at(suggestion_id, text, offset, shown or "", here)
-        self._background.schedule_pregeneration(doc.uri)
+        self._background.schedule_pregeneration(uri)
         if shown is None:
             line, newline, _ = follow.partition("\n")
             self._stats.record_empty(why_empty(line, "stop" if newline else ""))
             return True, None
         self._stats.record_shown(suggestion_id, len(shown))
-        return True, self._suggestion(
-            suggestion_id, doc, text, offset, ctx, shown, "cache", latency, None
-        )
+        return True, self._suggestion(suggestion_id, asked, shown, "cache", latency, None)
 
     async def _execute(self, job: Job, invoked: bool) -> Result:
         """Debounce, generate in the worker, and record the outcome (once per job)."""
@@ -354,10 +374,7 @@ class RequestFlow:
     def _suggestion(
         self,
         suggestion_id: str,
-        doc: Document,
-        text: str,
-        offset: int,
-        ctx: CursorContext,
+        asked: Asked,
         suggestion: str,
         source: str,
         latency: float,
@@ -365,6 +382,7 @@ class RequestFlow:
     ) -> Suggestion:
         # Positions are computed on the text the request saw, not a later edit
         # (the document itself while unchanged: its line index is cached).
+        doc, text, offset, ctx = asked.doc, asked.text, asked.offset, asked.ctx
         view = doc if doc.text is text else Document(doc.uri, doc.language, doc.version, text)
         enc = self._documents.encoding
         line, character = view.position_at(offset, enc)
@@ -393,7 +411,7 @@ def _where(request: CompletionRequest) -> str:
     return f"{posixpath.basename(uri_path(request.uri))}:{request.line + 1}:{request.character}"
 
 
-def _why_empty(result: Result, job: Job, doc: Document, text: str) -> EmptyReason | None:
+def _why_empty(result: Result, job: Job, asked: Asked) -> EmptyReason | None:
     """Why a job's ``result`` answers its request with nothing; ``None`` when it answers."""
     outcome = result.outcome
     if outcome.cancelled or job.cancelled():
@@ -402,7 +420,7 @@ def _why_empty(result: Result, job: Job, doc: Document, text: str) -> EmptyReaso
         return outcome.empty or EmptyReason.ERROR
     if result.id is None:  # cancelled once it was done
         return EmptyReason.CANCELLED
-    return EmptyReason.STALE if edited(doc, text) else None
+    return EmptyReason.STALE if asked.stale() else None
 
 
 def _log_answer(

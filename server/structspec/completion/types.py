@@ -55,13 +55,31 @@ class EmptyReason(StrEnum):
 
 
 @dataclass(frozen=True)
+class SelectedItem:
+    """The item selected in the editor's completion menu: ``text`` replacing the
+    request's line from column ``start`` to ``end`` (``start <= character <= end``).
+
+    A request naming one is answered as if the item were accepted: at the end
+    of ``text``, in the document with the item applied, so that the suggestion
+    continues the item (VS Code shows an inline suggestion beside its menu only
+    where it does).
+    """
+
+    start: int
+    end: int
+    text: str
+
+
+@dataclass(frozen=True)
 class CompletionRequest:
-    """A cursor in an open document; ``invoked``: asked for explicitly (no debounce)."""
+    """A cursor in an open document; ``invoked``: asked for explicitly (no debounce);
+    ``selected``: the completion menu's selected item, if the editor named one."""
 
     uri: str
     line: int
     character: int
     invoked: bool = False
+    selected: SelectedItem | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +88,8 @@ class Suggestion:
 
     ``line_suffix`` is the text after the cursor on its line; ``word_prefix``
     the identifier characters before it (completion menus filter on them).
+    For a request naming a ``SelectedItem``, the cursor and its line are those
+    of the text with the item applied (the text follows the item).
     """
 
     id: str

@@ -1,6 +1,6 @@
 """Suggestions to LSP results: inline completion items and completion-list items; LSP
-params to the service's values (``cursor_position``, ``language_id``, ``text_changes``,
-the notebook sync's ``cell_text`` and ``notebook_change``).
+params to the service's values (``cursor_position``, ``selected_item``, ``language_id``,
+``text_changes``, the notebook sync's ``cell_text`` and ``notebook_change``).
 
 Inline items replace the rest of the cursor's line when it is not blank
 (``insertText`` = suggestion + rest of line): editors then draw the ghost text
@@ -10,6 +10,13 @@ start: an empty range mid-line would hide the rest of the line under the
 ghost text.) A rest of line longer than ``MAX_REPLACED_SUFFIX`` characters (a
 minified file) is not carried: the item inserts at the cursor (an empty
 range), so that an answer is the size of the suggestion, not of the line.
+
+An inline request made while the editor's completion menu is open names the
+menu's selected item (``context.selectedCompletionInfo``: a range and the text
+that replaces it). VS Code then shows an inline item only where it replaces
+the same range and its text starts with the item's. The service answers as if
+the item were accepted, and the item carries the item's text before the
+suggestion, over its range.
 
 Completion items replace the identifier before the cursor, so that clients
 which filter a menu by the typed word keep the item.
@@ -25,7 +32,7 @@ from lsprotocol import types
 
 from structspec.completion.documents import Range, TextChange
 from structspec.completion.notebooks import CellEdit, CellText, NotebookChange
-from structspec.completion.types import ModelCost, Status, Suggestion
+from structspec.completion.types import ModelCost, SelectedItem, Status, Suggestion
 
 ACCEPT_COMMAND = "structspec.accept"
 STATUS_NOTIFICATION = "structspec/status"
@@ -34,6 +41,8 @@ CURSOR_NOTIFICATION = "structspec/didMoveCursor"
 _LABEL_CHARS = 80
 #: The longest rest of the line an inline item replaces (and so carries).
 MAX_REPLACED_SUFFIX = 1024
+#: The longest selected menu item a request is answered after (longer: answered at the cursor).
+MAX_SELECTED_TEXT = 1024
 
 
 def accept_command(suggestion: Suggestion) -> types.Command:
@@ -44,16 +53,51 @@ def accept_command(suggestion: Suggestion) -> types.Command:
     )
 
 
-def inline_completion(suggestion: Suggestion) -> types.InlineCompletionList:
-    start = types.Position(line=suggestion.line, character=suggestion.character)
-    if suggestion.line_suffix.strip() and len(suggestion.line_suffix) <= MAX_REPLACED_SUFFIX:
-        end = types.Position(line=suggestion.line, character=suggestion.line_end_character)
-        insert = suggestion.text + suggestion.line_suffix
+def selected_item(
+    position: types.Position, info: types.SelectedCompletionInfo | None
+) -> SelectedItem | None:
+    """The menu item an inline request names, when the service can answer after it.
+
+    That is: a range on the cursor's line around the cursor, and a text of one
+    line (at most ``MAX_SELECTED_TEXT`` characters). Otherwise ``None``: the
+    request is answered at the cursor (VS Code shows that where it continues
+    the item).
+    """
+    if info is None:
+        return None
+    start, end, text = info.range.start, info.range.end, info.text
+    line, column = position.line, position.character
+    if not (start.line == end.line == line and start.character <= column <= end.character):
+        return None
+    if len(text) > MAX_SELECTED_TEXT or "\n" in text or "\r" in text:
+        return None
+    return SelectedItem(start.character, end.character, text)
+
+
+def inline_completion(
+    suggestion: Suggestion, selected: SelectedItem | None = None
+) -> types.InlineCompletionList:
+    """The suggestion as one inline item; after ``selected``, the item's text comes first.
+
+    After a selected item the suggestion's columns are those of the line with
+    the item applied: the rest of the line after it starts at the item's end.
+    """
+    line = suggestion.line
+    carried = suggestion.line_suffix.strip() and len(suggestion.line_suffix) <= MAX_REPLACED_SUFFIX
+    insert = suggestion.text + suggestion.line_suffix if carried else suggestion.text
+    if selected is None:
+        start, end = suggestion.character, suggestion.character
     else:
-        end, insert = start, suggestion.text
+        start, end = selected.start, selected.end
+        insert = selected.text + insert
+    if carried:  # through the end of the line
+        end += suggestion.line_end_character - suggestion.character
     item = types.InlineCompletionItem(
         insert_text=insert,
-        range=types.Range(start=start, end=end),
+        range=types.Range(
+            start=types.Position(line=line, character=start),
+            end=types.Position(line=line, character=end),
+        ),
         command=accept_command(suggestion),
     )
     return types.InlineCompletionList(items=[item])

@@ -51,6 +51,7 @@ from structspec.lsp.convert import (
     language_id,
     notebook_change,
     reports_cursor,
+    selected_item,
     status_json,
     text_changes,
 )
@@ -403,12 +404,14 @@ def _register_completion(server: StructspecServer, service: CompletionService) -
     async def inline(
         ls: StructspecServer, params: types.InlineCompletionParams
     ) -> types.InlineCompletionList | None:
-        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        context, position = params.context, params.position
+        invoked = context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        selected = selected_item(position, context.selected_completion_info)
         request = CompletionRequest(
-            params.text_document.uri, params.position.line, params.position.character, invoked
+            params.text_document.uri, position.line, position.character, invoked, selected
         )
         suggestion = await service.complete(request)
-        return inline_completion(suggestion) if suggestion is not None else None
+        return inline_completion(suggestion, selected) if suggestion is not None else None
 
     @server.feature(
         types.TEXT_DOCUMENT_COMPLETION,
