@@ -351,20 +351,26 @@ class InfillServer(ReplayedServer):
     #: ``windowTokens`` after the latest answer (``window_tokens``).
     window: int | None = None
 
-    async def ask(self, uri: str, line: int, column: int) -> tuple[str, float, str]:
+    async def ask(
+        self, uri: str, line: int, column: int, selected: dict[str, Any] | None = None
+    ) -> tuple[str, float, str]:
         """The first line of the suggestion at ``(line, column)`` ('' for none), ms, reason.
 
         The milliseconds from the request to the answer; the reason (``account``)
         is read from the server's status after the answer, not timed.
+        ``selected``: the completion menu's selected item (``selectedCompletionInfo``).
         """
         t0 = time.perf_counter()
+        context: dict[str, Any] = {"triggerKind": 2}
+        if selected is not None:
+            context["selectedCompletionInfo"] = selected
         answer = await asyncio.wait_for(
             self.client.request(
                 "textDocument/inlineCompletion",
                 {
                     "textDocument": {"uri": uri},
                     "position": {"line": line, "character": column},
-                    "context": {"triggerKind": 2},
+                    "context": context,
                 },
             ),
             self.timeout_s,
