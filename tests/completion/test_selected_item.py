@@ -5,11 +5,12 @@ text: the answer must equal a plain request in a document that holds the item.""
 from __future__ import annotations
 
 import asyncio
+import random
 
 from tests.completion.test_prewarm import wait_for
 from tests.completion.test_service import SlowStandIn
 
-from structspec.completion.documents import Range, TextChange
+from structspec.completion.documents import UTF16, Document, Range, TextChange
 from structspec.completion.notebooks import CellText, joined_uri
 from structspec.completion.service import CompletionRequest, CompletionService
 from structspec.completion.types import SelectedItem, Suggestion
@@ -57,9 +58,15 @@ def test_the_answer_is_the_one_after_the_item_accepted_and_the_document_is_uncha
 
     got, want, at_cursor, plain, text = asyncio.run(main())
     assert want is not None and want.text.strip()
-    assert got is not None and got.text == want.text
-    # Its columns are the applied line's: the cursor after the item.
-    assert (got.uri, got.line, got.character, got.line_suffix) == (URI, 1, 14, "")
+    # The item, then what the model writes after it, over the item's range.
+    assert got is not None and got.text == "path" + want.text
+    assert (got.uri, got.line, got.character, got.replaces, got.line_suffix) == (
+        URI,
+        1,
+        10,
+        2,
+        "",
+    )
     assert text == TEXT  # the item is not applied to the document
     # Without the item, the same server answers at the cursor as before.
     assert at_cursor is not None and plain is not None and at_cursor.text == plain.text
@@ -85,13 +92,14 @@ def test_an_item_replacing_text_after_the_cursor_or_before_the_word():
 
     replaced, dotted, want_replaced, want_dotted = asyncio.run(main())
     assert replaced is not None and want_replaced is not None and want_replaced.text
-    assert (replaced.text, replaced.character, replaced.line_suffix) == (
-        want_replaced.text,
-        15,
+    assert (replaced.text, replaced.character, replaced.replaces, replaced.line_suffix) == (
+        "path(" + want_replaced.text,
+        10,
+        3,
         "x)",
     )
     assert dotted is not None and want_dotted is not None and want_dotted.text
-    assert (dotted.text, dotted.character) == (want_dotted.text, 13)
+    assert (dotted.text, dotted.character, dotted.replaces) == (".sep" + want_dotted.text, 9, 1)
 
 
 def test_accepting_the_item_then_types_through_the_suggestion_and_what_was_written_past_it():
@@ -119,7 +127,8 @@ def test_accepting_the_item_then_types_through_the_suggestion_and_what_was_writt
         svc.change_document(URI, 2, [TextChange("path", Range(1, 10, 1, 12))])
         typed = await svc.complete(CompletionRequest(URI, 1, 14))
         # ... then the suggestion, and presses Enter.
-        svc.change_document(URI, 3, [TextChange(got.text + "\n", Range(1, 14, 1, 14))])
+        rest = got.text.removeprefix("path")
+        svc.change_document(URI, 3, [TextChange(rest + "\n", Range(1, 14, 1, 14))])
         after = await svc.complete(CompletionRequest(URI, 2, 0))
         text = svc.documents.get(URI).text
         served = svc.stats.served_from_pregeneration
@@ -131,7 +140,7 @@ def test_accepting_the_item_then_types_through_the_suggestion_and_what_was_writt
         return got, typed, after, want, served
 
     got, typed, after, want, served = asyncio.run(main())
-    assert typed is not None and (typed.source, typed.text) == ("cache", got.text)
+    assert typed is not None and (typed.source, "path" + typed.text) == ("cache", got.text)
     assert want is not None and want.text
     assert after is not None and (after.source, after.text) == ("cache", want.text)
     assert served == 1
@@ -181,7 +190,7 @@ def test_typing_on_under_the_same_item_shares_the_generation_in_flight():
 
     made, second, stale = asyncio.run(main())
     assert made == [APPLIED]  # one generation for both
-    assert second is not None and second.text and second.character == 14
+    assert second is not None and second.text.startswith("path") and second.character == 10
     assert stale is None  # its document changed: the newer request answers
 
 
@@ -203,4 +212,44 @@ def test_a_notebook_cell_request_with_a_selected_item():
 
     got, want = asyncio.run(main())
     assert want is not None and want.text
-    assert got is not None and (got.line, got.character, got.text) == (0, 14, want.text)
+    assert got is not None and (got.line, got.character, got.text) == (0, 10, "path" + want.text)
+
+
+def test_the_edit_an_answer_names_leaves_the_text_the_model_was_asked_about():
+    """Random items, some past a line's end or the document's, or ending inside an emoji:
+    the answer's range, with its text, turns the document into the text with the item
+    applied and the suggestion after it (what a plain request there answers)."""
+    rng = random.Random(11)
+
+    async def main():
+        checked = 0
+        for _ in range(40):
+            lines = [
+                "".join(rng.choice("ab_ .😀é") for _ in range(rng.randrange(8))) for _ in "xyz"
+            ]
+            base = "\n".join(lines)
+            line = rng.randrange(len(lines) + 1)  # the last one past the document
+            units = len(lines[line].encode("utf-16-le")) // 2 if line < len(lines) else 0
+            start = rng.randint(0, units + 1)
+            cursor = rng.randint(start, start + 2)
+            item = SelectedItem(
+                start, rng.randint(cursor, cursor + 2), rng.choice(["ab", "x😀", ""])
+            )
+            svc = service()
+            svc.open_document(URI, "python", 1, base)
+            got = await svc.complete(CompletionRequest(URI, line, cursor, selected=item))
+            svc.close()
+            if got is None:
+                continue
+            doc = Document(URI, "python", 1, base)
+            at = doc.offset_at(got.line, got.character, UTF16)
+            end = doc.offset_at(got.line, got.character + got.replaces, UTF16)
+            assert got.text.startswith(item.text)
+            asked = base[:at] + item.text + base[end:]
+            where = Document(PLAIN, "python", 1, asked).position_at(at + len(item.text), UTF16)
+            want = await plain_answer(asked, *where)
+            assert want is not None and got.text == item.text + want.text, (base, item, line)
+            checked += 1
+        return checked
+
+    assert asyncio.run(main()) >= 30

@@ -43,7 +43,7 @@ def test_an_item_on_the_cursors_line_around_the_cursor_is_answered_after():
         assert selected_item(pos(1, 12), odd) is None, odd
 
 
-def suggestion(text: str, character: int, suffix: str, line_end: int) -> Suggestion:
+def suggestion(text: str, character: int, suffix: str, line_end: int, replaces: int = 0):
     return Suggestion(
         id="s1",
         uri="file:///a.py",
@@ -57,6 +57,7 @@ def suggestion(text: str, character: int, suffix: str, line_end: int) -> Suggest
         mode="line",
         source="model",
         latency_ms=1.0,
+        replaces=replaces,
     )
 
 
@@ -73,7 +74,7 @@ def edit(result: types.InlineCompletionList) -> tuple[str, tuple[int, int], tupl
     [
         # "root = os.pa|" with "path" over "pa": the suggestion follows "os.path".
         (SelectedItem(10, 12, "path"), "root = os.pa", ("path.join(", (1, 10), (1, 12))),
-        # The rest of the line is carried: it starts at the item's end in the document.
+        # The rest of the line is carried, through the line's end.
         (SelectedItem(10, 12, "path"), "root = os.pa(x)", ("path.join((x)", (1, 10), (1, 15))),
         # Replace mode: the item also replaces "(" after the cursor.
         (SelectedItem(10, 13, "path"), "root = os.pa(x)", ("path.join(x)", (1, 10), (1, 15))),
@@ -84,12 +85,11 @@ def edit(result: types.InlineCompletionList) -> tuple[str, tuple[int, int], tupl
 def test_the_inline_item_replaces_the_items_range_with_its_text_then_the_suggestion(
     item: SelectedItem, line: str, want: tuple[str, tuple[int, int], tuple[int, int]]
 ):
-    applied = line[: item.start] + item.text + line[item.end :]
-    cursor = item.start + len(item.text)
-    rest = applied[cursor:]
-    units = len(applied.encode("utf-16-le")) // 2
-    got = inline_completion(suggestion("." + "join(", cursor, rest, units), item)
-    assert edit(got) == want
+    units = len(line.encode("utf-16-le")) // 2
+    answer = suggestion(
+        item.text + ".join(", item.start, line[item.end :], units, item.end - item.start
+    )
+    assert edit(inline_completion(answer)) == want
     # Without an item: the suggestion at the cursor, as before.
     plain = inline_completion(suggestion("th", 12, "", 12))
     assert edit(plain) == ("th", (1, 12), (1, 12))

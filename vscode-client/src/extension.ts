@@ -416,6 +416,12 @@ class Controller implements vscode.Disposable {
         return false;
       },
       middleware: {
+        // The suggestion is the ghost text. As an item of VS Code's completion menu
+        // too it would repeat it, preselected (Enter would insert it), and its
+        // request, made beside each inline one, would cancel that one's generation
+        // whenever the menu's selected item is another: the server answers an inline
+        // request after that item. The menu is asked only by clients without ghost text.
+        provideCompletionItem: () => undefined,
         // An item without a range would replace the word before the cursor
         // (VS Code's default), which hides a suggestion that continues that
         // word. structspec suggests insertions at the cursor: say so.

@@ -53,7 +53,7 @@ from structspec.completion.notebooks import NotebookStore
 from structspec.completion.stats import AcceptanceStats
 from structspec.completion.status import StatusBoard
 from structspec.completion.suggest import CursorContext, continuation_answer
-from structspec.completion.types import CompletionRequest, EmptyReason, SelectedItem, Suggestion
+from structspec.completion.types import CompletionRequest, EmptyReason, Suggestion
 from structspec.completion.worker import Worker
 from structspec.config import Settings
 from structspec.engine.stats import GenerationStats
@@ -66,8 +66,10 @@ class Asked:
     """What a request asks about, read once it no longer waits.
 
     ``base`` is the document's text then; ``text`` and ``offset`` are the text
-    the suggestion is for and its cursor: the base, or the base with the menu's
-    selected item applied (``applied``). ``t0``: when the request came.
+    the suggestion is for and its cursor: the base, or, when the request names
+    the menu's selected item, the base with ``item`` applied (the base's
+    offsets it replaces, clamped as any position is, and its text).
+    ``t0``: when the request came.
     """
 
     doc: Document
@@ -76,26 +78,23 @@ class Asked:
     offset: int
     ctx: CursorContext
     t0: float
+    item: tuple[int, int, str] | None = None
 
     @classmethod
     def read(cls, doc: Document, request: CompletionRequest, encoding: str, t0: float) -> Asked:
-        base = doc.text
-        offset = doc.offset_at(request.line, request.character, encoding)
-        text = base
-        if request.selected is not None:
-            text, offset = applied(doc, request.line, request.selected, encoding)
-        return cls(doc, base, text, offset, CursorContext.at(text, offset), t0)
+        base, selected = doc.text, request.selected
+        if selected is None:
+            offset = doc.offset_at(request.line, request.character, encoding)
+            return cls(doc, base, base, offset, CursorContext.at(base, offset), t0)
+        start = doc.offset_at(request.line, selected.start, encoding)
+        end = max(start, doc.offset_at(request.line, selected.end, encoding))
+        text, offset = base[:start] + selected.text + base[end:], start + len(selected.text)
+        item = (start, end, selected.text)
+        return cls(doc, base, text, offset, CursorContext.at(text, offset), t0, item)
 
     def stale(self) -> bool:
         """The document changed since: an answer for ``text`` is no longer wanted."""
         return edited(self.doc, self.base)
-
-
-def applied(doc: Document, line: int, item: SelectedItem, encoding: str) -> tuple[str, int]:
-    """The document's text with ``item`` accepted on ``line``, and the offset after it."""
-    start = doc.offset_at(line, item.start, encoding)
-    end = max(start, doc.offset_at(line, item.end, encoding))
-    return doc.text[:start] + item.text + doc.text[end:], start + len(item.text)
 
 
 class RequestFlow:
@@ -380,29 +379,32 @@ class RequestFlow:
         latency: float,
         stats: GenerationStats | None,
     ) -> Suggestion:
+        """The suggestion in the document's columns (after a menu item: from the item's start)."""
         # Positions are computed on the text the request saw, not a later edit
         # (the document itself while unchanged: its line index is cached).
-        doc, text, offset, ctx = asked.doc, asked.text, asked.offset, asked.ctx
-        view = doc if doc.text is text else Document(doc.uri, doc.language, doc.version, text)
+        doc, base, ctx = asked.doc, asked.base, asked.ctx
+        view = doc if doc.text is base else Document(doc.uri, doc.language, doc.version, base)
         enc = self._documents.encoding
-        line, character = view.position_at(offset, enc)
+        start, end, item = (asked.offset, asked.offset, "") if asked.item is None else asked.item
+        line, character = view.position_at(start, enc)
         line_start, line_end = view.line_bounds(line)
-        line_text = text[line_start:line_end]
-        word = ctx.word_prefix
+        line_text = base[line_start:line_end]
+        word = ctx.word_prefix if asked.item is None else ""
         return Suggestion(
             id=suggestion_id,
             uri=doc.uri,
-            text=suggestion,
+            text=item + suggestion,
             line=line,
             character=character,
             line_end_character=index_to_column(line_text, len(line_text), enc),
             line_suffix=ctx.line_suffix,
             word_prefix=word,
-            word_start_character=index_to_column(line_text, offset - line_start - len(word), enc),
+            word_start_character=index_to_column(line_text, start - line_start - len(word), enc),
             mode=ctx.mode,
             source=source,
             latency_ms=latency,
             stats=stats,
+            replaces=index_to_column(line_text, end - line_start, enc) - character,
         )
 
 

@@ -88,8 +88,10 @@ class Suggestion:
 
     ``line_suffix`` is the text after the cursor on its line; ``word_prefix``
     the identifier characters before it (completion menus filter on them).
-    For a request naming a ``SelectedItem``, the cursor and its line are those
-    of the text with the item applied (the text follows the item).
+    ``replaces``: the columns after ``character`` that ``text`` replaces (the
+    rest of the line after them is ``line_suffix``): 0, except after a
+    request's ``SelectedItem``, where ``character`` is the item's start,
+    ``text`` starts with the item's text and replaces what the item does.
     """
 
     id: str
@@ -105,6 +107,7 @@ class Suggestion:
     source: str  # "model" or "cache"
     latency_ms: float
     stats: GenerationStats | None = None
+    replaces: int = 0
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ An inline request made while the editor's completion menu is open names the
 menu's selected item (``context.selectedCompletionInfo``: a range and the text
 that replaces it). VS Code then shows an inline item only where it replaces
 the same range and its text starts with the item's. The service answers as if
-the item were accepted, and the item carries the item's text before the
-suggestion, over its range.
+the item were accepted, with a suggestion that starts with the item's text and
+replaces its range (``Suggestion.replaces``).
 
 Completion items replace the identifier before the cursor, so that clients
 which filter a menu by the typed word keep the item.
@@ -74,24 +74,12 @@ def selected_item(
     return SelectedItem(start.character, end.character, text)
 
 
-def inline_completion(
-    suggestion: Suggestion, selected: SelectedItem | None = None
-) -> types.InlineCompletionList:
-    """The suggestion as one inline item; after ``selected``, the item's text comes first.
-
-    After a selected item the suggestion's columns are those of the line with
-    the item applied: the rest of the line after it starts at the item's end.
-    """
-    line = suggestion.line
-    carried = suggestion.line_suffix.strip() and len(suggestion.line_suffix) <= MAX_REPLACED_SUFFIX
-    insert = suggestion.text + suggestion.line_suffix if carried else suggestion.text
-    if selected is None:
-        start, end = suggestion.character, suggestion.character
-    else:
-        start, end = selected.start, selected.end
-        insert = selected.text + insert
-    if carried:  # through the end of the line
-        end += suggestion.line_end_character - suggestion.character
+def inline_completion(suggestion: Suggestion) -> types.InlineCompletionList:
+    line, start = suggestion.line, suggestion.character
+    end = start + suggestion.replaces  # after a selected menu item: the item's range
+    insert = suggestion.text
+    if suggestion.line_suffix.strip() and len(suggestion.line_suffix) <= MAX_REPLACED_SUFFIX:
+        end, insert = suggestion.line_end_character, insert + suggestion.line_suffix
     item = types.InlineCompletionItem(
         insert_text=insert,
         range=types.Range(
@@ -117,7 +105,9 @@ def completion_list(suggestion: Suggestion | None) -> types.CompletionList:
         label += " …"
     edit_range = types.Range(
         start=types.Position(line=suggestion.line, character=suggestion.word_start_character),
-        end=types.Position(line=suggestion.line, character=suggestion.character),
+        end=types.Position(
+            line=suggestion.line, character=suggestion.character + suggestion.replaces
+        ),
     )
     item = types.CompletionItem(
         label=label,

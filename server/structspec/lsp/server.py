@@ -411,7 +411,7 @@ def _register_completion(server: StructspecServer, service: CompletionService) -
             params.text_document.uri, position.line, position.character, invoked, selected
         )
         suggestion = await service.complete(request)
-        return inline_completion(suggestion, selected) if suggestion is not None else None
+        return inline_completion(suggestion) if suggestion is not None else None
 
     @server.feature(
         types.TEXT_DOCUMENT_COMPLETION,

@@ -132,6 +132,26 @@ describe('controller lifecycle', () => {
     assert.deepEqual(unhandled.map(String), []);
   });
 
+  test('the completion menu never asks the server: the suggestion is the ghost text', async () => {
+    state.completionProviders = [];
+    const { ext, context, log } = session('ok');
+    await until('initialized', () => fs.existsSync(log) && fs.readFileSync(log, 'utf8').includes('"initialized"'));
+    pids.push(...starts(log));
+    await until('a completion provider', () => state.completionProviders.length > 0);
+    const document = { uri: { toString: () => 'file:///a.py' }, languageId: 'python', version: 1 };
+    const token = { isCancellationRequested: false, onCancellationRequested: () => ({ dispose() {} }) };
+    const items = await state.completionProviders[0]!.provideCompletionItems(
+      document,
+      { line: 0, character: 1 },
+      { triggerKind: 0 },
+      token,
+    );
+    assert.equal(items, undefined);
+    await sleep(200);
+    assert.ok(!fs.readFileSync(log, 'utf8').includes('textDocument/completion'));
+    await Promise.race([deactivateLikeVsCode(ext, context), sleep(8000)]);
+  });
+
   test('deactivation stops a running server without using the disposed log', async () => {
     const { ext, context, log } = session('ok');
     await until('initialized', () => fs.existsSync(log) && fs.readFileSync(log, 'utf8').includes('"initialized"'));

@@ -1,6 +1,7 @@
 /**
  * A tiny LSP server on stdio for the controller tests. FAKE_MODE:
- *   ok     answer initialize, log every message to FAKE_LOG (one JSON a line);
+ *   ok     answer initialize (completion and inline completion offered) and
+ *          completion requests, log every message to FAKE_LOG (one JSON a line);
  *   hang   never answer (a server stuck before initialize);
  *   crash  exit 1 right after `initialized`.
  * Each start appends `start <pid>` to FAKE_LOG.
@@ -30,7 +31,11 @@ process.stdin.on('data', (chunk: Buffer) => {
     buf = buf.subarray(sep + 4 + len);
     note(JSON.stringify(msg));
     if (mode === 'hang') continue;
-    if (msg.method === 'initialize') send({ id: msg.id, result: { capabilities: { textDocumentSync: 1 } } });
+    if (msg.method === 'initialize') {
+      const capabilities = { textDocumentSync: 1, completionProvider: {}, inlineCompletionProvider: true };
+      send({ id: msg.id, result: { capabilities } });
+    }
+    else if (msg.method === 'textDocument/completion') send({ id: msg.id, result: [{ label: 'menu' }] });
     else if (msg.method === 'initialized' && mode === 'crash') process.exit(1);
     else if (msg.method === 'shutdown') send({ id: msg.id, result: null });
     else if (msg.method === 'exit') process.exit(0);

@@ -57,6 +57,12 @@ export interface FakeState {
   configListeners: EventEmitter<{ affectsConfiguration(s: string): boolean }>;
   /** Errors thrown by output channels used after dispose. */
   closedChannelUses: number;
+  /** The completion-menu providers the client registered. */
+  completionProviders: CompletionProvider[];
+}
+
+export interface CompletionProvider {
+  provideCompletionItems(document: unknown, position: unknown, context: unknown, token: unknown): unknown;
 }
 
 export const state: FakeState = {
@@ -66,6 +72,7 @@ export const state: FakeState = {
   warnings: [],
   configListeners: new EventEmitter(),
   closedChannelUses: 0,
+  completionProviders: [],
 };
 
 function outputChannel(name: string) {
@@ -173,6 +180,10 @@ const vscodeApi: Record<string, unknown> = {
     match: () => 0,
     createDiagnosticCollection: () => ({ set() {}, delete() {}, clear() {}, dispose() {} }),
     registerInlineCompletionItemProvider: () => ({ dispose() {} }),
+    registerCompletionItemProvider: (_selector: unknown, provider: CompletionProvider) => {
+      state.completionProviders.push(provider);
+      return { dispose() {} };
+    },
   },
   commands: {
     registerCommand: () => ({ dispose() {} }),
