@@ -390,6 +390,9 @@ class RequestFlow:
         line_start, line_end = view.line_bounds(line)
         line_text = base[line_start:line_end]
         word = ctx.word_prefix if asked.item is None else ""
+        replaces = 0
+        if end > start:  # the item replaces text: its columns in the document
+            replaces = index_to_column(line_text, end - line_start, enc) - character
         return Suggestion(
             id=suggestion_id,
             uri=doc.uri,
@@ -404,7 +407,7 @@ class RequestFlow:
             source=source,
             latency_ms=latency,
             stats=stats,
-            replaces=index_to_column(line_text, end - line_start, enc) - character,
+            replaces=replaces,
         )
 
 
