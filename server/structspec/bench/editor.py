@@ -100,7 +100,7 @@ from structspec.bench.points import (
     plan_points,
 )
 from structspec.bench.remote_editor import REMOTE, REMOTE_PACED, RemoteEngine
-from structspec.bench.typist import Out, ReplayedServer, start_server
+from structspec.bench.typist import InHand, Out, ReplayedServer, run_servers
 from structspec.config import Settings
 
 if TYPE_CHECKING:
@@ -144,21 +144,13 @@ def busy_loops(n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
 
 async def _replay(replays: Sequence[ReplayedServer], points: Sequence[Point], out: Out) -> None:
     """Replay every server, interleaved point by point; close them all."""
-    current = replays[0]
-    try:
-        for current in replays:
-            await start_server(current, out)
+
+    async def run(hand: InHand[ReplayedServer]) -> None:
         for point in points:
-            for current in replays:
+            for current in hand.each():
                 await current.run_point(point)
-        for current in replays:
-            await current.finish()
-    except Exception as exc:
-        raise current.failure(exc) from exc
-    finally:
-        for replay in replays:
-            with contextlib.suppress(Exception):
-                await replay.close()
+
+    await run_servers(replays, out, run)
 
 
 def check_trace(model: Model, trace: Path) -> tuple[Exactness, int]:

@@ -78,7 +78,7 @@ from structspec.bench.jump import grown_reason
 from structspec.bench.lsp_client import StdioClient
 from structspec.bench.mixed import LANGUAGES, collect, extensions
 from structspec.bench.points import utf16_len
-from structspec.bench.typist import Out, ReplayedServer, start_server
+from structspec.bench.typist import InHand, Out, ReplayedServer, run_servers
 from structspec.config import Settings
 from structspec.lsp.convert import CURSOR_NOTIFICATION
 
@@ -507,11 +507,9 @@ async def _run(
     scores: dict[str, dict[str, Scores]] = {
         s.name: {"humaneval": Scores(), "files": Scores()} for s in servers
     }
-    current = servers[0]
-    folder = tempfile.TemporaryDirectory(prefix="structspec-infill-")  # the restarts' caches
-    try:
-        for current in servers:
-            await start_server(current, out)
+
+    async def run(hand: InHand[InfillServer], folder: str) -> None:
+        for current in hand.each():
             cost = (await current.status()).get("cost") or {}
             out(
                 f"  {current.name}: {cost.get('promptTokensPerSecond', '?')} prompt tokens/s "
@@ -520,23 +518,19 @@ async def _run(
         for index, case in enumerate(cases):
             took = []
             arrival = arrivals[index % len(arrivals)]
-            for number, current in enumerate(servers):
+            for number, current in enumerate(hand.each()):
                 board = scores[current.name][case.part]
-                cache_dir = Path(folder.name) / f"{index}-{number}"
+                cache_dir = Path(folder) / f"{index}-{number}"
                 t0 = time.perf_counter()
                 await current.run_case(case, arrival, idle_s, board, cache_dir)
                 took.append(f"{current.name} {time.perf_counter() - t0:.1f} s")
             out(f"  {index + 1}/{len(cases)} {case.id} ({arrival}): {', '.join(took)}")
-        for current in servers:
-            await current.finish()
-            out(f"  {current.name}: model {current.result.status.get('model', '?')}")
-    except Exception as exc:
-        raise current.failure(exc) from exc
-    finally:
-        for server in servers:
-            with contextlib.suppress(Exception):
-                await server.close()
-        folder.cleanup()
+
+    # The restarts' prefix caches, one folder per case and server.
+    with tempfile.TemporaryDirectory(prefix="structspec-infill-") as folder:
+        await run_servers(servers, out, lambda hand: run(hand, folder))
+    for server in servers:
+        out(f"  {server.name}: model {server.result.status.get('model', '?')}")
     return scores
 
 

@@ -40,7 +40,6 @@ asked about; latency is reported as the infill suite reports it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import time
 from collections.abc import Sequence
@@ -50,7 +49,7 @@ from typing import Any
 from structspec.bench.harness import percentile
 from structspec.bench.infill import OPTIONS, TYPED, Case, InfillServer, file_cases
 from structspec.bench.points import utf16_len
-from structspec.bench.typist import Out, start_server
+from structspec.bench.typist import InHand, Out, run_servers
 
 #: The menus simulated (the module docstring says what each selects).
 MENUS = ("right", "words")
@@ -209,22 +208,14 @@ async def _run(
         for way in WAYS
     }
     tallies = {menu: {way: Tally() for way in WAYS} for menu in MENUS}
-    current = next(iter(servers.values()))
-    try:
-        for current in servers.values():
-            await start_server(current, out)
+
+    async def run(hand: InHand[InfillServer]) -> None:
         for index, case in enumerate(cases):
             t0 = time.perf_counter()
             await run_line(servers, case, index % 2 == 1, tallies)
             out(f"  {index + 1}/{len(cases)} {case.id}: {time.perf_counter() - t0:.1f} s")
-        for current in servers.values():
-            await current.finish()
-    except Exception as exc:
-        raise current.failure(exc) from exc
-    finally:
-        for server in servers.values():
-            with contextlib.suppress(Exception):
-                await server.close()
+
+    await run_servers(list(servers.values()), out, run)
     return tallies
 
 

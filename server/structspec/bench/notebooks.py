@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import contextlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,7 +41,7 @@ from structspec.bench.infill import (
     score_table,
 )
 from structspec.bench.mixed import collect
-from structspec.bench.typist import Out, start_server
+from structspec.bench.typist import InHand, Out, run_servers
 
 #: The two ways a line is asked: the notebook synced, the cells as documents.
 WAYS = ("notebook", "cells")
@@ -207,13 +206,11 @@ async def _run(
         for name, options in configs
     ]
     scores = {s.name: {way: Scores() for way in WAYS} for s in servers}
-    current = servers[0]
-    try:
-        for current in servers:
-            await start_server(current, out)
+
+    async def run(hand: InHand[NotebookServer]) -> None:
         for index, case in enumerate(cases):
             took = []
-            for current in servers:
+            for current in hand.each():
                 for way in WAYS:
                     current.synced = way == "notebook"
                     board = scores[current.name][way]
@@ -224,14 +221,8 @@ async def _run(
                         record["part"] = way
                     took.append(f"{current.name}, {way} {time.perf_counter() - t0:.1f} s")
             out(f"  {index + 1}/{len(cases)} {case.id}: {', '.join(took)}")
-        for current in servers:
-            await current.finish()
-    except Exception as exc:
-        raise current.failure(exc) from exc
-    finally:
-        for server in servers:
-            with contextlib.suppress(Exception):
-                await server.close()
+
+    await run_servers(servers, out, run)
     return scores
 
 

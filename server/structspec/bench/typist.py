@@ -17,9 +17,9 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from structspec.bench.editor_stats import Answer, ConfigResult, PacedPoint, without_model
 from structspec.bench.lsp_client import StdioClient
@@ -376,3 +376,43 @@ async def start_server(server: ReplayedServer, out: Out) -> None:
     t0 = time.perf_counter()
     await server.start()
     out(f"  {server.name}: server ready in {time.perf_counter() - t0:.1f} s")
+
+
+S = TypeVar("S", bound=ReplayedServer)
+
+
+class InHand(Generic[S]):
+    """Servers run side by side, and the one in hand: the one a failure names."""
+
+    def __init__(self, servers: Sequence[S]) -> None:
+        self.servers = list(servers)
+        self.current = self.servers[0]
+
+    def each(self) -> Iterator[S]:
+        """The servers in turn, each in hand while the caller works with it."""
+        for server in self.servers:
+            self.current = server
+            yield server
+
+
+async def run_servers(
+    servers: Sequence[S], out: Out, run: Callable[[InHand[S]], Awaitable[None]]
+) -> None:
+    """Start ``servers`` one after the other, ``run`` them, and finish them.
+
+    A failure is raised as the server in hand's (``ReplayedServer.failure``:
+    its log's tail); every server is closed, whatever happened.
+    """
+    hand = InHand(servers)
+    try:
+        for server in hand.each():
+            await start_server(server, out)
+        await run(hand)
+        for server in hand.each():
+            await server.finish()
+    except Exception as exc:
+        raise hand.current.failure(exc) from exc
+    finally:
+        for server in hand.servers:
+            with contextlib.suppress(Exception):
+                await server.close()
