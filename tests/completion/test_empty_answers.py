@@ -133,7 +133,7 @@ async def test_a_newer_keystroke_cancels():
     job = svc._sessions[URI].job
     assert job is not None
     # A request elsewhere in the same document: the first one's job is cancelled.
-    second = asyncio.ensure_future(ask(svc, URI, text, len("def f")))
+    second = asyncio.ensure_future(ask(svc, URI, text, len("def f():\n  ")))
     await wait_for(job.cancelled)
     model.hold = False
     model.gate.set()

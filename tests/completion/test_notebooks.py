@@ -330,7 +330,8 @@ def test_a_cell_moved_while_its_request_waits_is_answered_at_its_own_line():
     line = "total = add(1, 2)"
 
     async def main():
-        svc = service(SlowStandIn(eos_bias=-3.0))
+        # With FIM tokens: a model that sees "1, 2)" keeps its insertion before it.
+        svc = service(SlowStandIn(eos_bias=-3.0, fim=True))
         uris = [cell(0), cell(1)]
         svc.open_notebook(
             NB,

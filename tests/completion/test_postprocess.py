@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean
+from structspec.completion.suggest import BLOCK, LINE, CursorContext, clean, continuation_answer
 
 
 def at(text: str, marker: str = "|") -> CursorContext:
@@ -194,3 +194,54 @@ def test_the_word_before_the_cursor_is_found_in_one_pass_of_a_minified_line(
     looked = 0
     assert CursorContext.at(line + ".", len(line) + 1).word_prefix == ""
     assert looked == 1
+
+
+# -- the middle of a line the model did not see ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("doc", "model", "shown"),
+    [
+        # The model's line ends with the code after the cursor: the insertion joins it.
+        ("return s|._proxies\n", "elf._proxies", "elf"),
+        ("x = f(a, |b=1)\n", "c=2, b=1)", "c=2, "),  # the space before b=1 is kept
+        ("CODE = 0x|     # flags\n", "200      # flags", "200"),
+        ("x = compute(|) + y\n", "a) + y", "a"),
+        # A line written past the code after the cursor would push it right: dropped.
+        ("x = compute(|) + y\n", "a", None),
+        ("return s|._proxies\n", "elf.proxies", None),
+        ("log.SetPre|fix(name)\n", 'fix("proxy: ")', None),
+        # Only closers (and one terminator) after the cursor: the model's line is kept
+        # as before, cut at the closer the rest of the line has.
+        ("x = compute(|)\n", "a, b)", "a, b"),
+        ('print("hel|")\n', "lo world", "lo world"),
+        ("if ok(|):\n", "x) and y", "x"),
+        ("call(|);\n", "a, b", "a, b"),
+        ("foo(|) {\n", "bar", "bar"),
+    ],
+)
+def test_mid_line_insertion_must_join_the_code_the_model_did_not_see(doc, model, shown):
+    assert clean(model, at(doc), LINE, sees_rest=False) == shown
+
+
+@pytest.mark.parametrize(
+    ("doc", "model", "shown"),
+    [
+        ("x = compute(|) + y\n", "a", "a"),  # a FIM model chose it with the rest in view
+        ("log.SetPre|fix(name)\n", "fix(name)", None),  # still only the rest: dropped
+        ("x = f(a, |b=1)\n", "c=2, ", "c=2, "),
+        ("x = f(a, | b=1)\n", "c=2, ", "c=2,"),  # the rest brings its own space
+        ("x = |\n", "compute(1)   ", "compute(1)"),  # nothing after: no trailing space
+    ],
+)
+def test_a_model_that_saw_the_rest_of_the_line_keeps_its_insertion(doc, model, shown):
+    assert clean(model, at(doc), LINE) == shown
+
+
+def test_pre_generated_text_in_the_middle_of_a_line_follows_the_same_rule():
+    ctx = at("return s|._proxies\n")
+    assert continuation_answer("elf._proxies\n", False, ctx, sees_rest=False) == (True, "elf")
+    assert continuation_answer("elf.other\n", False, ctx, sees_rest=False) == (True, None)
+    assert continuation_answer("elf.other\n", False, ctx) == (True, "elf.other")
+    # An unfinished line is not judged yet: the model is asked.
+    assert continuation_answer("elf", False, ctx, sees_rest=False) == (False, None)

@@ -389,7 +389,8 @@ async def test_request_stats_count_the_chunked_prefill():
     model = RecordingStandIn(n_ctx=4096, eos_bias=-30.0)  # always writes something
     svc = make_service(model)
     svc.open_document("file:///p/a.py", "python", 1, PY)
-    s = await svc.complete(CompletionRequest("file:///p/a.py", 119, 5, invoked=True))
+    end = len("value_119 = compute(119, step=2)")
+    s = await svc.complete(CompletionRequest("file:///p/a.py", 119, end, invoked=True))
     assert s is not None and s.stats is not None
     assert s.stats.prompt_tokens > 2 * PREFILL_CHUNK  # a first window: several chunks
     assert s.stats.reused_tokens == 0  # nothing was cached before this request

@@ -190,13 +190,16 @@ def test_unknown_language_opening_with_deep_brackets_is_sniffed_without_recursio
 
 
 def test_a_mid_line_answer_on_a_minified_line_carries_only_the_suggestion():
-    """On a 1.2 MB line the item inserts at the cursor; on a short line it replaces the rest."""
-    prefix = "z = add("
-    long_rest = "1, " * 400_000 + ")"
+    """On a 1.2 MB line the item inserts at the cursor; on a short line it replaces the rest.
+
+    The rests are closers: the stand-in (no FIM tokens) does not see them, and a rest of
+    code would be kept only after a line that ends with it (``suggest.clean``)."""
+    prefix = "z = add(["
+    long_rest = "]" * 1_200_000 + ")"
     with RawClient() as client:
         client.initialize()
         client.wait_loaded()
-        for uri, rest in (("file:///work/min.py", long_rest), ("file:///work/short.py", "3)")):
+        for uri, rest in (("file:///work/min.py", long_rest), ("file:///work/short.py", "])")):
             text = TEXT + "\n" + prefix + rest
             line = text.count("\n")
             client.open(uri, text)

@@ -414,14 +414,16 @@ class InfillServer(ReplayedServer):
             self.open(uri, language, text)
         self.open(case.uri, case.language, case.text)
 
-    def type_at(self, case: Case, version: int, column: int, text: str) -> None:
-        """Type ``text`` at ``column`` of the case's line (its document's ``version``)."""
-        pos = {"line": case.line, "character": column}
+    def type_at(self, case: Case, version: int, column: int, text: str, replaced: int = 0) -> None:
+        """Type ``text`` at ``column`` of the case's line (its document's ``version``), over
+        the ``replaced`` columns from there."""
+        start = {"line": case.line, "character": column}
+        end = {"line": case.line, "character": column + replaced}
         self.client.notify(
             "textDocument/didChange",
             {
                 "textDocument": {"uri": case.uri, "version": version},
-                "contentChanges": [{"range": {"start": pos, "end": pos}, "text": text}],
+                "contentChanges": [{"range": {"start": start, "end": end}, "text": text}],
             },
         )
 

@@ -49,7 +49,7 @@ from typing import Any
 from structspec.bench.harness import percentile
 from structspec.bench.infill import OPTIONS, TYPED, Case, InfillServer, file_cases
 from structspec.bench.points import utf16_len
-from structspec.bench.typist import InHand, Out, run_servers
+from structspec.bench.typist import InHand, Out, measurement_main, run_servers
 
 #: The menus simulated (the module docstring says what each selects).
 MENUS = ("right", "words")
@@ -261,15 +261,9 @@ def run_menu_benchmark(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m structspec.bench.menu``: ghost text beside the completion menu."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m structspec.bench.menu", description=main.__doc__)
-    p.add_argument("--model", default="", help="GGUF path (default: the embedded model)")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--limit", type=int, default=40, help="real-file lines")
-    args = p.parse_args(argv)
-    run_menu_benchmark(args.model, args.threads, limit=args.limit)
-    return 0
+    return measurement_main(
+        argv, "menu", main.__doc__ or "", run_menu_benchmark, 40, "real-file lines"
+    )
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from structspec.bench.infill import (
     score_table,
 )
 from structspec.bench.mixed import collect
-from structspec.bench.typist import InHand, Out, run_servers
+from structspec.bench.typist import InHand, Out, measurement_main, run_servers
 
 #: The two ways a line is asked: the notebook synced, the cells as documents.
 WAYS = ("notebook", "cells")
@@ -161,11 +161,12 @@ class NotebookServer(InfillServer):
             },
         )
 
-    def type_at(self, case: Case, version: int, column: int, text: str) -> None:
+    def type_at(self, case: Case, version: int, column: int, text: str, replaced: int = 0) -> None:
         if not self.synced:
-            super().type_at(case, version, column, text)
+            super().type_at(case, version, column, text, replaced)
             return
-        pos = {"line": case.line, "character": column}
+        start = {"line": case.line, "character": column}
+        end = {"line": case.line, "character": column + replaced}
         self.client.notify(
             "notebookDocument/didChange",
             {
@@ -175,7 +176,7 @@ class NotebookServer(InfillServer):
                         "textContent": [
                             {
                                 "document": {"uri": case.uri, "version": version},
-                                "changes": [{"range": {"start": pos, "end": pos}, "text": text}],
+                                "changes": [{"range": {"start": start, "end": end}, "text": text}],
                             }
                         ]
                     }
@@ -265,17 +266,9 @@ def run_notebook_benchmark(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m structspec.bench.notebooks``: notebook cells with their notebook and alone."""
-    import argparse
-
-    p = argparse.ArgumentParser(
-        prog="python -m structspec.bench.notebooks", description=main.__doc__
+    return measurement_main(
+        argv, "notebooks", main.__doc__ or "", run_notebook_benchmark, 25, "cases"
     )
-    p.add_argument("--model", default="", help="GGUF path (default: the embedded model)")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--limit", type=int, default=25, help="cases")
-    args = p.parse_args(argv)
-    run_notebook_benchmark(args.model, args.threads, limit=args.limit)
-    return 0
 
 
 if __name__ == "__main__":

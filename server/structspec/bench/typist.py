@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from structspec.bench.editor_stats import Answer, ConfigResult, PacedPoint, without_model
 from structspec.bench.lsp_client import StdioClient
@@ -416,3 +416,31 @@ async def run_servers(
         for server in hand.servers:
             with contextlib.suppress(Exception):
                 await server.close()
+
+
+class LineMeasurement(Protocol):
+    """A measurement over the infill suite's lines (``menu``, ``notebooks``, ``midline``)."""
+
+    def __call__(self, model: str, threads: int, *, limit: int) -> object: ...
+
+
+def measurement_main(
+    argv: Sequence[str] | None,
+    module: str,
+    description: str,
+    run: LineMeasurement,
+    limit: int,
+    limit_help: str,
+) -> int:
+    """The command line of such a measurement: ``python -m structspec.bench.MODULE``."""
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog=f"python -m structspec.bench.{module}", description=description
+    )
+    p.add_argument("--model", default="", help="GGUF path (default: the embedded model)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--limit", type=int, default=limit, help=limit_help)
+    args = p.parse_args(argv)
+    run(args.model, args.threads, limit=args.limit)
+    return 0

@@ -51,19 +51,25 @@ class Continuation:
     ``tokens`` is the whole sequence (prompt and output) whose output decodes
     to ``text`` (plus ``partial``, the bytes of a character split between two
     tokens): pre-generation continues from it. ``ended``: the model ended it
-    (end of generation), nothing follows.
+    (end of generation), nothing follows. ``sees_rest``: its prompt held the
+    text after the anchor (``suggest.clean``).
     """
 
     text: str
     tokens: tuple[int, ...]
     partial: bytes = b""
     ended: bool = False
+    sees_rest: bool = True
 
     def extended(self, ext: Extension) -> Continuation:
         """This continuation followed by what the model wrote next."""
         more, partial = decode_utf8(self.partial + ext.data)
-        return Continuation(
-            self.text + more, self.tokens + ext.tokens, partial, ext.ended or self.ended
+        return replace(
+            self,
+            text=self.text + more,
+            tokens=self.tokens + ext.tokens,
+            partial=partial,
+            ended=ext.ended or self.ended,
         )
 
     def after(self, start: int) -> Continuation:

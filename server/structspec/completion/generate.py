@@ -359,12 +359,13 @@ def run_completion(
             empty=EmptyReason.CANCELLED,
         )
     continuation: Continuation | None = None
+    sees_rest = prompt.suffix_end > prompt.offset  # a FIM prompt with a suffix
     if result is not None:
-        start = Continuation("", (*result.prompt_tokens,))
+        start = Continuation("", (*result.prompt_tokens,), sees_rest=sees_rest)
         continuation = start.extended(extension(engine, result))
         if not early:
             text = result.text
-    cleaned = clean(text, job.cursor, job.cursor.mode)
+    cleaned = clean(text, job.cursor, job.cursor.mode, sees_rest=sees_rest)
     return Outcome(
         cleaned,
         stats,

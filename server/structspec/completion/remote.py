@@ -307,6 +307,8 @@ class RemoteCompleter:
             return Outcome(stats=stats, empty=EmptyReason.STOP_RULE)
         if first is None and cut == "latency":  # the server still evaluating the prompt
             return Outcome(stats=stats, empty=EmptyReason.PROMPT_UNFINISHED)
+        # The server is sent the text after the cursor (``RemoteRequest.suffix``), and a
+        # FIM model places it; only a model without a FIM template completes blind to it.
         cleaned = clean(text, job.cursor, mode) if text else None
         if cleaned is None:
             return Outcome(stats=stats, empty=why_empty(text, "", early or bool(cut)))

@@ -292,7 +292,7 @@ class RequestFlow:
         ready, shown = (
             (False, None)
             if follow is None or cont is None
-            else continuation_answer(follow, cont.ended, asked.ctx)
+            else continuation_answer(follow, cont.ended, asked.ctx, sees_rest=cont.sees_rest)
         )
         if rest is None and not ready:
             session.pending = None

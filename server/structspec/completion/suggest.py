@@ -9,6 +9,14 @@
 
   - *no repeat of the rest of the line*: a single-line suggestion whose tail
     repeats the text after the cursor loses that tail;
+  - *in the middle of a line the model did not see*: with code after the
+    cursor on its line (more than closing brackets, quotes and one ``:``,
+    ``{``, ``;`` or ``,``: ``CursorContext.code_follows``) and a prompt
+    without it (a model without fill-in-the-middle tokens), the model's line
+    is kept only when it ends with that code: the insertion then joins what
+    follows, where a line written past it would be shown with that code
+    pushed after it (``docs/MEASUREMENTS.md`` §20: on real-file lines this
+    kept every right insertion and dropped nine in ten wrong ones);
   - *brackets balanced against the suffix*: a suggestion that closes a bracket
     opened before the cursor, when the text after the cursor starts with that
     same closer, is cut before it (the line keeps one closer, not two); a
@@ -23,8 +31,9 @@
     stuck in a loop, ``"a", "b", "b", "b", ...``) is dropped (Tabby drops
     them too); the generation stops as soon as one appears, so a loop costs
     a few tokens, not ``maxTokens``;
-  - no trailing whitespace, and never only whitespace (then there is no
-    suggestion at all).
+  - no trailing whitespace (but the space between an insertion and the code
+    right after the cursor: ``f(a, |b)`` takes ``c, ``), and never only
+    whitespace (then there is no suggestion at all).
 - **From pre-generated text** (``continuation_answer``): what the model wrote
   past a suggestion answers a cursor further along it, with the same rules,
   once the lines the answer needs are complete.
@@ -54,6 +63,11 @@ def _generic() -> GenericSpec:
 _OPENERS = _generic().block_endings
 _COMMENT_STARTS = _generic().comment_starts
 _WORD_CHAR = re.compile(r"[\w$]")
+#: A rest of the line that only closes what the cursor is inside: closing
+#: brackets and quotes, then at most one ``:``, ``{``, ``;`` or ``,`` (``)``,
+#: ``") {``, ``]);``). Typing inside brackets or quotes an editor closed ends
+#: there; anything else after the cursor is code the suggestion must fit.
+_CLOSING_REST = re.compile(r"\s*[)\]}\"'`]*\s*[:{;,]?\s*")
 
 
 def indent_width(line: str, tab: int = 4) -> int:
@@ -136,6 +150,11 @@ class CursorContext:
         if not self.line_prefix.strip():
             return BLOCK if _opens_block(self.previous_line) else LINE
         return BLOCK if _opens_block(self.line_prefix) else LINE
+
+    @property
+    def code_follows(self) -> bool:
+        """The rest of the line holds code, not only what closes the cursor's brackets."""
+        return _CLOSING_REST.fullmatch(self.line_suffix) is None
 
     @property
     def opener_line(self) -> bool:
@@ -356,27 +375,45 @@ def _strip_repeated_lines(text: str, after: str) -> str:
     return text
 
 
-def clean(text: str, ctx: CursorContext, mode: str) -> str | None:
-    """The suggestion to show for model ``text``, or ``None`` when nothing is worth showing."""
+def _joins_rest(line: str, ctx: CursorContext) -> bool:
+    """The model's ``line`` from the cursor ends with the code that follows it there."""
+    return line.rstrip().endswith(ctx.line_suffix.strip())
+
+
+def clean(text: str, ctx: CursorContext, mode: str, *, sees_rest: bool = True) -> str | None:
+    """The suggestion to show for model ``text``, or ``None`` when nothing is worth showing.
+
+    ``sees_rest``: the model's prompt held the text after the cursor (a
+    fill-in-the-middle prompt); without it, in the middle of a line only a
+    line that joins the code after the cursor is kept (module docstring).
+    """
     loop = loop_start(text)
     if loop is not None:
         text = text[:loop]
+    gap = ""
     if mode == LINE:
         text = text.split("\n", 1)[0]
+        if not sees_rest and ctx.code_follows and not _joins_rest(text, ctx):
+            return None
         text = _balance_against_suffix(text, ctx.line_suffix)
         text = _strip_line_overlap(text, ctx.line_suffix)
+        if ctx.line_suffix[:1].strip():  # code right at the cursor: a space before it is kept
+            gap = text[len(text.rstrip()) :]
     else:
         text, _ = cut_block(text, ctx)
         text = _strip_repeated_lines(text, ctx.after)
         text = _reindent(text, ctx)
-    # No trailing whitespace on any line, no trailing blank lines.
+    # No trailing whitespace on any line (but the gap before the rest of the
+    # line), no trailing blank lines.
     text = "\n".join(line.rstrip() for line in text.split("\n")).rstrip()
     if not text.strip() or _repeats_following(text, ctx):
         return None
-    return text
+    return text + gap
 
 
-def continuation_answer(follow: str, ended: bool, ctx: CursorContext) -> tuple[bool, str | None]:
+def continuation_answer(
+    follow: str, ended: bool, ctx: CursorContext, *, sees_rest: bool = True
+) -> tuple[bool, str | None]:
     """The suggestion at ``ctx`` from the model's pre-generated output ``follow``.
 
     Returns ``(ready, text)``: ``ready`` is false while the lines the answer
@@ -384,13 +421,13 @@ def continuation_answer(follow: str, ended: bool, ctx: CursorContext) -> tuple[b
     ended its output, so its last line is complete); ``text`` is ``None`` when
     the model's answer is to show nothing (a single line that ends here).
     Mode as for a request, except that at the end of a line the continuation's
-    next lines are offered as a block.
+    next lines are offered as a block. ``sees_rest`` as for ``clean``.
     """
     mode = ctx.mode
     if mode == LINE and not ctx.line_suffix.strip() and follow.lstrip(" \t").startswith("\n"):
         mode = BLOCK
     if mode == LINE:
-        return ended or "\n" in follow, clean(follow, ctx, LINE)
+        return ended or "\n" in follow, clean(follow, ctx, LINE, sees_rest=sees_rest)
     complete = follow if ended else follow[: max(0, follow.rfind("\n"))]
     if not complete.strip():
         return ended, None  # nothing complete yet, or the model's answer is nothing

@@ -36,7 +36,8 @@ class EmptyReason(StrEnum):
     #: first token ends the line; a loop; a block that dedents at once.
     STOP_RULE = "stop-rule"
     #: The model wrote text and the clean-up (``suggest.clean``) dropped it:
-    #: it restates the text after the cursor, or is only what closes a bracket.
+    #: it restates the text after the cursor, or is only what closes a bracket,
+    #: or, in the middle of a line the model did not see, does not join it.
     CLEANED_AWAY = "cleaned-away"
     #: The prompt's evaluation stopped before it ended: another request needed
     #: the worker (what was evaluated stays cached); with ``backend``: no text
