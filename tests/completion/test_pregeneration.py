@@ -288,3 +288,47 @@ def test_a_request_cancelled_while_it_waits_on_pre_generation_leaves_nothing_beh
         return left
 
     assert asyncio.run(scenario()) == {}
+
+
+#: Stand-in seeds whose first suggestion for ``TEXT``, cut at a 1 ms budget, is a word of
+#: two or more characters short of the line the model writes there.
+CUT_SEEDS = (1, 4, 7, 9)
+
+
+@pytest.mark.parametrize("seed", CUT_SEEDS)
+def test_a_suggestion_cut_at_the_budget_grows_as_it_is_typed_through(seed: int) -> None:
+    """Cut at ``maxGenerationMs`` (the word being written finished), the suggestion on
+    screen grows at the next keystroke along it to the line pre-generation wrote since:
+    the line a server given all the time it needs suggests there, without the model."""
+
+    async def scenario() -> tuple[Suggestion, Suggestion | None, str | None, int]:
+        model = SlowStandIn(seed=seed, eos_bias=-30.0, delay=0.02)
+        settings = Settings(
+            model="standin", debounce_ms=0, max_tokens=64, sources=(), max_generation_ms=1
+        )
+        svc = CompletionService(settings, open_model=lambda spec, **kw: model)
+        svc.open_document(URI, "python", 1, TEXT)
+        first = await svc.complete(CompletionRequest(URI, *end_of(TEXT)))
+        assert first is not None
+        session = svc._sessions[URI]
+
+        def written() -> Continuation | None:
+            return session.pending.continuation if session.pending is not None else None
+
+        await wait_for(lambda: (c := written()) is not None and "\n" in c.text, 30)
+        typed = TEXT + first.text[0]
+        svc.change_document(
+            URI, 2, [TextChange(first.text[0], Range(*end_of(TEXT), *end_of(TEXT)))]
+        )
+        served = svc.stats.served_from_pregeneration
+        grown = await svc.complete(CompletionRequest(URI, *end_of(typed)))
+        served = svc.stats.served_from_pregeneration - served
+        svc.close()
+        return first, grown, await fresh_answer(seed, typed), served
+
+    first, grown, fresh, served = asyncio.run(scenario())
+    assert fresh is not None and "\n" not in fresh
+    assert len(first.text) >= 2 and fresh.startswith(first.text[1:])
+    assert len(first.text) - 1 < len(fresh)  # the first answer was cut short
+    assert grown is not None and grown.text == fresh and grown.source == "cache"
+    assert served == 1

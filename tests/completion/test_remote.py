@@ -155,6 +155,33 @@ def test_a_fallback_is_said_once_as_a_warning() -> None:
     asyncio.run(scenario())
 
 
+def test_inside_a_line_a_prompt_without_the_rest_must_join_it() -> None:
+    """``/completion`` without a FIM template sends the text before the cursor alone: a
+    line that does not end with the code after the cursor is not shown (``suggest.clean``);
+    ``/infill`` sends that code, and the model's insertion is kept."""
+
+    async def ask(behaviour: Behaviour) -> tuple[Any, Any, str]:
+        line = "x = add(1, 2)"
+        with FakeBackend(behaviour) as server:
+            svc, _, _ = service(server.url)
+            svc.open_document("u", "python", 1, line)
+            past = await svc.complete(CompletionRequest("u", 0, len("x = add(")))
+            behaviour.answer = "3, 1, 2)\n"
+            svc.change_document("u", 2, [TextChange("", Range(0, 0, 0, 0))])  # a new job
+            joined = await svc.complete(CompletionRequest("u", 0, len("x = add(")))
+            model = svc.status().model
+            svc.close()
+        return past, joined, model
+
+    past, joined, model = asyncio.run(ask(Behaviour(fim=False, answer="3)\n")))
+    assert model.startswith("llama-server /completion at ")
+    assert past is None  # "3)" would push "1, 2)" right
+    assert joined is not None and joined.text == "3, " and joined.line_suffix == "1, 2)"
+    past, _, model = asyncio.run(ask(Behaviour(answer="3)\n")))
+    assert model.startswith("llama-server /infill at ")
+    assert past is not None and past.text == "3)"
+
+
 def test_a_block_is_answered_with_its_first_line() -> None:
     async def scenario() -> None:
         answer = "\n    total = a + b\n    return total\n\nprint(1)\n"

@@ -278,6 +278,17 @@ class RemoteBackend:
         return self._protocols[0]
 
     @property
+    def sees_suffix(self) -> bool:
+        """The protocol in use puts the text after the cursor in the model's prompt.
+
+        ``/infill`` and a FIM template do; Ollama is sent it as ``suffix`` (its
+        template places it for a FIM model); a plain prompt is the prefix alone.
+        """
+        if self.protocol in ("infill", "ollama"):
+            return True
+        return template_for(self.model, self._fim_setting) is not None
+
+    @property
     def name(self) -> str:
         """For the status: the protocol once one answered, the URL, the model when known."""
         model = f" ({self.model})" if self.model else ""

@@ -137,7 +137,8 @@ class PendingSuggestion:
         """The model's output from ``offset`` on, when the user typed what the model wrote.
 
         ``None`` when there is no continuation or the typed text left it. (Within
-        the shown text, ``rest_at`` answers: what is on screen stays.)
+        the shown text the request flow answers with ``rest_at``, what is on
+        screen, unless the model's output from there goes on past it.)
         """
         cont = self.continuation
         typed = offset - self.anchor

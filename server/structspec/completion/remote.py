@@ -307,9 +307,8 @@ class RemoteCompleter:
             return Outcome(stats=stats, empty=EmptyReason.STOP_RULE)
         if first is None and cut == "latency":  # the server still evaluating the prompt
             return Outcome(stats=stats, empty=EmptyReason.PROMPT_UNFINISHED)
-        # The server is sent the text after the cursor (``RemoteRequest.suffix``), and a
-        # FIM model places it; only a model without a FIM template completes blind to it.
-        cleaned = clean(text, job.cursor, mode) if text else None
+        sees_rest = self.backend.sees_suffix
+        cleaned = clean(text, job.cursor, mode, sees_rest=sees_rest) if text else None
         if cleaned is None:
             return Outcome(stats=stats, empty=why_empty(text, "", early or bool(cut)))
         return Outcome(cleaned, stats)
@@ -359,7 +358,10 @@ class RemoteCompleter:
                 text += piece
                 loop = loop_start(text)
                 if loop is not None:  # what follows a loop is not worth keeping
-                    return Continuation(text[:loop], (), ended=True) if loop else None
+                    done = Continuation(
+                        text[:loop], (), ended=True, sees_rest=self.backend.sees_suffix
+                    )
+                    return done if loop else None
                 if len(text) > PREGENERATION_FACTOR * settings.max_tokens * MAX_CHARS_PER_TOKEN:
                     break
                 if stop():  # a server that writes faster than POLL_S is cut here
@@ -373,7 +375,7 @@ class RemoteCompleter:
             stream.close()  # type: ignore[attr-defined]
         if healing or not text:
             return None
-        return Continuation(text, (), ended=ended)
+        return Continuation(text, (), ended=ended, sees_rest=self.backend.sees_suffix)
 
     def _count_silence(self, silent: bool, settings: Settings) -> None:
         """Warn once when ``SILENT_REQUESTS`` requests in a row got no text in time."""

@@ -10,7 +10,9 @@ A request goes, first match wins:
    answers, typing what the model is writing, sees each answer a pass after
    it is done instead of never;
 3. *from the pending suggestion*: typing through the suggestion on screen, or
-   past it along what pre-generation wrote (``cache``), without the model;
+   past it along what pre-generation wrote (``cache``), without the model; a
+   suggestion cut short (at the generation budget, a block's first line) is
+   answered longer, along it, once pre-generation has written more;
 4. *a new job*: any other job for the document is cancelled (its request
    answers ``None``); debounce (``debounce``), then the worker
    (``worker.Worker.run``, ``generate.run_completion``), then the answer is
@@ -287,7 +289,7 @@ class RequestFlow:
         assert pending is not None
         text, offset, uri = asked.text, asked.offset, asked.doc.uri
         rest = pending.rest_at(text, offset)
-        follow = pending.continuation_at(text, offset) if rest is None else None
+        follow = pending.continuation_at(text, offset)
         cont = pending.continuation
         ready, shown = (
             (False, None)
@@ -300,10 +302,13 @@ class RequestFlow:
         self._stats.served_from_cache += 1
         latency = (time.perf_counter() - asked.t0) * 1000.0
         self._stats.record_latency(latency)
-        if rest is not None:  # typing through the suggestion on screen
+        if rest is not None and not (ready and _grows(rest, shown)):
+            # Typing through the suggestion on screen.
             self._background.pregenerate_meanwhile(uri)
             return True, self._suggestion(pending.id, asked, rest, "cache", latency, None)
         # Past it, along what the model wrote: a new suggestion, or the model's "nothing".
+        # Or along it, where what the model wrote since makes it longer (one cut at the
+        # generation budget, the first line of a block): the longer one.
         follow = follow or ""
         assert cont is not None
         self._stats.served_from_pregeneration += 1
@@ -409,6 +414,11 @@ class RequestFlow:
             stats=stats,
             replaces=replaces,
         )
+
+
+def _grows(rest: str, longer: str | None) -> bool:
+    """``longer`` goes on from the whole of ``rest``, the suggestion on screen from the cursor."""
+    return longer is not None and len(longer) > len(rest) and longer.startswith(rest)
 
 
 def _where(request: CompletionRequest) -> str:
