@@ -358,10 +358,11 @@ class RemoteCompleter:
                 text += piece
                 loop = loop_start(text)
                 if loop is not None:  # what follows a loop is not worth keeping
-                    done = Continuation(
+                    if not loop:
+                        return None
+                    return Continuation(
                         text[:loop], (), ended=True, sees_rest=self.backend.sees_suffix
                     )
-                    return done if loop else None
                 if len(text) > PREGENERATION_FACTOR * settings.max_tokens * MAX_CHARS_PER_TOKEN:
                     break
                 if stop():  # a server that writes faster than POLL_S is cut here
