@@ -232,6 +232,8 @@ def test_mid_line_insertion_must_join_the_code_the_model_did_not_see(doc, model,
         ("x = f(a, |b=1)\n", "c=2, ", "c=2, "),
         ("x = f(a, | b=1)\n", "c=2, ", "c=2,"),  # the rest brings its own space
         ("x = |\n", "compute(1)   ", "compute(1)"),  # nothing after: no trailing space
+        ("print(|)\n", "a ", "a"),  # no space kept before a closer
+        ('f(a, |"b")\n', "c, ", "c, "),  # before a quote it is
     ],
 )
 def test_a_model_that_saw_the_rest_of_the_line_keeps_its_insertion(doc, model, shown):

@@ -55,6 +55,12 @@ async def fresh_answer(seed: int, text: str) -> str | None:
     return None if got is None else got.text
 
 
+def written(svc: CompletionService) -> Continuation | None:
+    """What the model wrote from the pending suggestion's place (``None``: nothing yet)."""
+    pending = svc._sessions[URI].pending
+    return pending.continuation if pending is not None else None
+
+
 async def accept_then_enter(seed: int) -> tuple[list[str | None], str | None, str, int]:
     """Show a suggestion, accept it, then press Enter with the model's own indentation.
 
@@ -65,13 +71,10 @@ async def accept_then_enter(seed: int) -> tuple[list[str | None], str | None, st
     svc.open_document(URI, "python", 1, TEXT)
     first = await svc.complete(CompletionRequest(URI, *end_of(TEXT)))
     assert first is not None
-    session = svc._sessions[URI]
-
-    def written() -> Continuation | None:
-        return session.pending.continuation if session.pending is not None else None
-
-    await wait_for(lambda: (c := written()) is not None and c.lines_after(len(first.text)) >= 2, 30)
-    cont = written()
+    await wait_for(
+        lambda: (c := written(svc)) is not None and c.lines_after(len(first.text)) >= 2, 30
+    )
+    cont = written(svc)
     assert cont is not None
     served: list[str | None] = []
     text = TEXT
@@ -310,12 +313,7 @@ def test_a_suggestion_cut_at_the_budget_grows_as_it_is_typed_through(seed: int) 
         svc.open_document(URI, "python", 1, TEXT)
         first = await svc.complete(CompletionRequest(URI, *end_of(TEXT)))
         assert first is not None
-        session = svc._sessions[URI]
-
-        def written() -> Continuation | None:
-            return session.pending.continuation if session.pending is not None else None
-
-        await wait_for(lambda: (c := written()) is not None and "\n" in c.text, 30)
+        await wait_for(lambda: (c := written(svc)) is not None and "\n" in c.text, 30)
         typed = TEXT + first.text[0]
         svc.change_document(
             URI, 2, [TextChange(first.text[0], Range(*end_of(TEXT), *end_of(TEXT)))]

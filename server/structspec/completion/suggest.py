@@ -31,9 +31,9 @@
     stuck in a loop, ``"a", "b", "b", "b", ...``) is dropped (Tabby drops
     them too); the generation stops as soon as one appears, so a loop costs
     a few tokens, not ``maxTokens``;
-  - no trailing whitespace (but the space between an insertion and the code
-    right after the cursor: ``f(a, |b)`` takes ``c, ``), and never only
-    whitespace (then there is no suggestion at all).
+  - no trailing whitespace (but the space between an insertion and a word, a
+    quote or an opener right after the cursor: ``f(a, |b)`` takes ``c, ``),
+    and never only whitespace (then there is no suggestion at all).
 - **From pre-generated text** (``continuation_answer``): what the model wrote
   past a suggestion answers a cursor further along it, with the same rules,
   once the lines the answer needs are complete.
@@ -375,6 +375,16 @@ def _strip_repeated_lines(text: str, after: str) -> str:
     return text
 
 
+#: Characters that attach to the text before them: no space is kept before them.
+_ATTACHED = frozenset(")]},;:.")
+
+
+def _needs_gap(rest: str) -> bool:
+    """The rest of the line starts right at the cursor with a word, a quote or an opener:
+    the space an insertion ends with separates it from that (``f(a, |b)`` takes ``c, ``)."""
+    return bool(rest[:1].strip()) and rest[0] not in _ATTACHED
+
+
 def _joins_rest(line: str, ctx: CursorContext) -> bool:
     """The model's ``line`` from the cursor ends with the code that follows it there."""
     return line.rstrip().endswith(ctx.line_suffix.strip())
@@ -397,7 +407,7 @@ def clean(text: str, ctx: CursorContext, mode: str, *, sees_rest: bool = True) -
             return None
         text = _balance_against_suffix(text, ctx.line_suffix)
         text = _strip_line_overlap(text, ctx.line_suffix)
-        if ctx.line_suffix[:1].strip():  # code right at the cursor: a space before it is kept
+        if _needs_gap(ctx.line_suffix):
             gap = text[len(text.rstrip()) :]
     else:
         text, _ = cut_block(text, ctx)
