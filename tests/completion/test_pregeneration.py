@@ -330,3 +330,32 @@ def test_a_suggestion_cut_at_the_budget_grows_as_it_is_typed_through(seed: int) 
     assert len(first.text) - 1 < len(fresh)  # the first answer was cut short
     assert grown is not None and grown.text == fresh and grown.source == "cache"
     assert served == 1
+
+
+def test_pre_generation_resumes_after_a_keystroke_typed_through_the_suggestion() -> None:
+    """A keystroke along the suggestion stops pre-generation before the line is written;
+    it resumes from what it wrote, so the next keystroke along it gets the whole line."""
+
+    async def scenario() -> tuple[Suggestion, Suggestion | None, str | None]:
+        model = SlowStandIn(seed=4, eos_bias=-30.0, delay=0.05)
+        settings = Settings(
+            model="standin", debounce_ms=0, max_tokens=64, sources=(), max_generation_ms=1
+        )
+        svc = CompletionService(settings, open_model=lambda spec, **kw: model)
+        svc.open_document(URI, "python", 1, TEXT)
+        first = await svc.complete(CompletionRequest(URI, *end_of(TEXT)))
+        assert first is not None and len(first.text) >= 3
+        text = TEXT
+        for version, typed in enumerate(first.text[:2], start=2):
+            if version == 3:  # after the first keystroke: pre-generation writes the line
+                await wait_for(lambda: (c := written(svc)) is not None and "\n" in c.text, 30)
+            line, col = end_of(text)
+            svc.change_document(URI, version, [TextChange(typed, Range(line, col, line, col))])
+            text += typed
+            got = await svc.complete(CompletionRequest(URI, *end_of(text)))
+        svc.close()
+        return first, got, await fresh_answer(4, text)
+
+    first, got, fresh = asyncio.run(scenario())
+    assert fresh is not None and len(fresh) > len(first.text) - 2
+    assert got is not None and got.text == fresh and got.source == "cache"

@@ -168,12 +168,16 @@ class Background:
             self._timer = loop.call_soon(self._start_pregeneration, uri)
 
     def pregenerate_meanwhile(self, uri: str) -> None:
-        """A keystroke typed through the remote suggestion on screen: pre-generate if none ran.
+        """A keystroke typed through the suggestion on screen: pre-generation goes on.
 
-        One pre-generation per suggestion: a running one goes on, and one that
+        The local model's resumes from what it wrote before the keystroke
+        stopped it (it ends by itself once ``PREGENERATE_LINES`` lines are
+        written), so a keystroke along the suggestion finds its line written
+        (``request``: a suggestion cut short grows). Through a remote engine,
+        one pre-generation per suggestion: a running one goes on, and one that
         ended (kept or not) is not asked again.
         """
-        if self._settings().backend and self._job is None and self._timer is None:
+        if not self._settings().backend or (self._job is None and self._timer is None):
             self.schedule_pregeneration(uri)
 
     def abandon(self) -> None:
