@@ -51,6 +51,7 @@ from structspec.completion.generate import (
     CompletionInput,
     build_prompt,
     continue_generation,
+    pregeneration_wanted,
     prepare_drafts,
 )
 from structspec.completion.host import KV_SLOTS
@@ -249,8 +250,12 @@ class Background:
         remote = bool(settings.backend)
         if remote:
             wanted = remote_wanted(pending, self._remote_tried)
-        else:
-            wanted = pending is not None and pending.continuation is not None
+        else:  # a keystroke typed through a suggestion written out asks no worker
+            wanted = (
+                pending is not None
+                and pending.continuation is not None
+                and pregeneration_wanted(pending.continuation, len(pending.text))
+            )
         if pending is None or not wanted:
             self._warm_latest(uri)  # nothing to write past: warm instead
             return

@@ -485,6 +485,13 @@ def _write(
 PREGENERATE_LINES = 2
 
 
+def pregeneration_wanted(continuation: Continuation, shown: int) -> bool:
+    """Pre-generation has more to write after the first ``shown`` characters of
+    ``continuation``: the model has not ended it, and fewer than
+    ``PREGENERATE_LINES`` lines after them are complete."""
+    return not continuation.ended and continuation.lines_after(shown) < PREGENERATE_LINES
+
+
 def continue_generation(
     engine: Engine,
     corpus: CorpusCache,
@@ -504,9 +511,9 @@ def continue_generation(
     the first pass costs one row.
     """
     settings = job.settings
-    lines = continuation.lines_after(shown)
-    if continuation.ended or lines >= PREGENERATE_LINES:
+    if not pregeneration_wanted(continuation, shown):
         return Extension((), b""), None
+    lines = continuation.lines_after(shown)
     suffix_tokens = draft_inputs(engine.model, corpus, job).suffix
     options = GenerationOptions(max_tokens=settings.max_tokens, speculative=settings.speculative)
     generation = engine.stream(
