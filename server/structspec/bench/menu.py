@@ -145,22 +145,6 @@ def menu_cases(limit: int) -> list[Case]:
 
 
 Servers = dict[tuple[str, str], InfillServer]
-#: Seconds a server may take to pre-warm a line's document before it is typed in.
-SETTLE_S = 60.0
-
-
-async def settled(server: InfillServer) -> None:
-    """Wait until ``server`` has nothing to do: its pre-warm of the opened document ended.
-
-    So that every server asks from the same window (the document's evaluated
-    top), not from what its pre-warm reached while the others ran.
-    """
-    deadline = time.perf_counter() + SETTLE_S
-    idle = 0
-    while idle < 3 and time.perf_counter() < deadline:
-        await asyncio.sleep(0.2)
-        status = await server.status()
-        idle = idle + 1 if status.get("state") == "idle" and not status.get("warming") else 0
 
 
 async def run_line(servers: Servers, case: Case, flip: bool, tallies: Tallies) -> None:
@@ -169,7 +153,7 @@ async def run_line(servers: Servers, case: Case, flip: bool, tallies: Tallies) -
     for server in servers.values():
         server.open_case(case)
     for server in servers.values():
-        await settled(server)
+        await server.wait_idle()
     word = leading_word(case.target)
     start = utf16_len(case.indent)
     order = list(reversed(servers.items())) if flip else list(servers.items())

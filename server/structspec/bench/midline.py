@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from structspec.bench.infill import OPTIONS, TYPED, Case, InfillServer, file_cases
-from structspec.bench.menu import settled
 from structspec.bench.points import utf16_len
 from structspec.bench.typist import InHand, Out, measurement_main, run_servers
 from structspec.completion.suggest import LINE, CursorContext, clean
@@ -120,7 +119,7 @@ async def run_point(server: InfillServer, point: Point, tallies: dict[str, Tally
     lines = case.text.split("\n")
     lines[case.line] = point.before + point.rest
     server.open(case.uri, case.language, "\n".join(lines))
-    await settled(server)
+    await server.wait_idle()
     version = 1
     start = utf16_len(point.before)
     try:

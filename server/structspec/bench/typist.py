@@ -51,6 +51,8 @@ SETTLE_S = 3.0
 #: (pre-warm of a whole document takes seconds): its background work must not
 #: slow the next server's turn.
 SETTLE_MAX_S = 20.0
+#: Seconds a server may take to pre-warm a document before it is typed in (``wait_idle``).
+IDLE_WAIT_MAX_S = 60.0
 
 #: The paced user's keystroke interval (ms): about 80 words a minute, a fast typist's
 #: steady pace, faster than most answers the model computes.
@@ -369,6 +371,21 @@ class ReplayedServer:
         deadline = time.monotonic() + SETTLE_MAX_S
         while time.monotonic() < deadline and (await self.status()).get("warming"):
             await asyncio.sleep(0.2)
+
+    async def wait_idle(self) -> None:
+        """Wait until the server has nothing to do (``IDLE_WAIT_MAX_S`` at most): idle and
+        not warming at three status reads in a row, 0.2 s apart.
+
+        So that servers typed in side by side all ask from the same window (a
+        document's evaluated top), not from what a pre-warm reached while the
+        others ran.
+        """
+        deadline = time.perf_counter() + IDLE_WAIT_MAX_S
+        idle = 0
+        while idle < 3 and time.perf_counter() < deadline:
+            await asyncio.sleep(0.2)
+            status = await self.status()
+            idle = idle + 1 if status.get("state") == "idle" and not status.get("warming") else 0
 
 
 async def start_server(server: ReplayedServer, out: Out) -> None:
