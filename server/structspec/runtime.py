@@ -122,7 +122,9 @@ def open_model(
             path, n_ctx=context_size, threads=threads, slots=slots, widen=widen, announce=announce
         )
     if prefix_cache:
-        model.prefix_cache = PrefixCache.in_cache_home(model.identity())
+        model.prefix_cache = PrefixCache.in_cache_home(
+            model.identity(), window=model.sliding_window
+        )
     return model
 
 

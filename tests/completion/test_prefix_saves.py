@@ -33,11 +33,13 @@ class SaveGate(StandInModel):
         super().__init__(eos_bias=-3.0)
         self.gate = gate
         self.gate_open_at_save: list[bool] = []
+        self.closing_at_save: list[bool] = []
 
-    def save_prefixes(self) -> int:
+    def save_prefixes(self, *, closing: bool = False) -> int:
         if len(self.cached_tokens) >= SAVE_GAP:  # something to save (not the warm-up's slot)
             self.gate_open_at_save.append(self.gate.wait(timeout=30))
-        return super().save_prefixes()
+        self.closing_at_save.append(closing)
+        return super().save_prefixes(closing=closing)
 
 
 def service(model: StandInModel, folder: Path | None) -> CompletionService:
@@ -70,6 +72,8 @@ async def test_the_answer_comes_before_the_save_and_a_restart_restores_it(tmp_pa
     assert svc.join()
     assert first.gate_open_at_save and all(first.gate_open_at_save)
     assert first.prefix_cache.saves >= 1
+    # Only the last save, before the model is released, may cut what it holds.
+    assert first.closing_at_save[-1] and not any(first.closing_at_save[:-1])
     assert answer is not None and answer.text
 
     restarted = StandInModel(eos_bias=-3.0)

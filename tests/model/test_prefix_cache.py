@@ -78,6 +78,48 @@ def test_a_longer_entry_serves_a_prompt_that_shares_its_start(tmp_path):
     assert greedy(restarted, above) == greedy(StandInModel(), above)
 
 
+def windowed(folder, window=128):
+    """A stand-in whose saved states hold their last ``window`` positions' window only."""
+    model = StandInModel(sliding_window=window)
+    model.prefix_cache = PrefixCache(folder, model.identity(), window=window)
+    return model
+
+
+def test_a_state_longer_than_the_window_is_evaluated_instead_of_read_back(tmp_path):
+    """Such a state (saved by a version before the rule) lacks its window: never read back."""
+    model = StandInModel()
+    window = model.tokenize(TEXT)
+    old = StandInModel(sliding_window=128)
+    old.prefix_cache = PrefixCache(tmp_path, old.identity())  # no window: it saves anything
+    evaluate(old, window)
+    assert old.prefix_cache.saves == 1
+    above = window[:600] + model.tokenize("x", add_bos=False)
+
+    restarted = windowed(tmp_path)
+    assert greedy(restarted, above) == greedy(StandInModel(), above)
+    assert restarted.prefix_cache.hits == 0 and restarted.prefilled_tokens == len(above) - 1
+
+
+def test_a_windowed_cache_saves_and_reads_back_the_states_within_the_window(tmp_path):
+    model = StandInModel()
+    window = model.tokenize(TEXT)
+    first = windowed(tmp_path)
+    evaluate(first, window[:100])
+    evaluate(first, window)  # longer than the window: not saved
+    assert first.prefix_cache.saves == 1
+    after = window[:100] + model.tokenize("x = 1\n", add_bos=False)
+
+    restarted = windowed(tmp_path)
+    assert greedy(restarted, after) == greedy(StandInModel(), after)
+    assert restarted.prefix_cache.hits == 1 and restarted.prefilled_tokens == len(after) - 101
+
+
+def test_a_windowed_cache_serves_states_within_the_window_only():
+    assert PrefixCache(Path("unused"), "m", window=64).serves(64)
+    assert not PrefixCache(Path("unused"), "m", window=64).serves(65)
+    assert PrefixCache(Path("unused"), "m").serves(10**6)  # no window: any state
+
+
 def test_short_prompts_are_neither_saved_nor_restored(tmp_path):
     model = standin(tmp_path)
     evaluate(model, model.tokenize(TEXT)[: RESTORE_MIN - 1])
@@ -301,6 +343,87 @@ def test_a_chunked_prefill_after_a_restart_reads_the_whole_prompt_back(tmp_path)
     assert restarted.prefix_cache.hits == 1
     assert restarted.reusable_prefix(prompt) == len(prompt)
     assert not rate.measured  # every chunk was read back: none evaluated
+    restarted.close()
+
+
+def load_default(folder):
+    from structspec.model.llama import LlamaModel
+    from structspec.model.paths import default_model_path
+
+    model = LlamaModel.load(default_model_path(), n_ctx=2048, threads=2)
+    model.prefix_cache = PrefixCache(folder, model.identity(), window=model.sliding_window)
+    return model
+
+
+def next_logits(model, prompt):
+    """The logits after ``prompt``: its last token verified after the rest (two threads)."""
+    with model.threads_pinned(2):
+        model.prefill(prompt[:-1])
+        return np.array(model.verify(prompt[-1:]).logits[:])
+
+
+def assert_same_logits(got, expected):
+    """The same KV state and pass: the same logits, up to the order of float additions."""
+    scale = max(1.0, float(np.abs(expected).max()))
+    assert np.abs(got - expected).max() <= 1e-3 * scale
+
+
+@pytest.mark.model
+def test_a_state_longer_than_the_window_is_not_read_back_on_the_default_model(tmp_path):
+    """The default model's state of 1,536 tokens holds the window of its last 512 only.
+
+    Read back and cut back to a cursor far above its end, it wrote a run of
+    spaces; the prompt there is evaluated instead.
+    """
+    text = Path(prefix_cache.__file__).read_text(encoding="utf-8")
+    first = load_default(tmp_path)
+    assert 0 < first.sliding_window < 1000
+    first.prefix_cache = PrefixCache(tmp_path, first.identity())  # as before the rule
+    tokens = first.tokenize(text)[: 3 * first.sliding_window]
+    evaluate(first, tokens)
+    assert first.prefix_cache.saves == 1
+    first.close()
+    above = tokens[:300]
+    fresh = load_default(tmp_path / "none")
+    expected = next_logits(fresh, above)
+    fresh.close()
+
+    restarted = load_default(tmp_path)
+    assert_same_logits(next_logits(restarted, above), expected)
+    assert restarted.prefix_cache.hits == 0
+    restarted.close()
+
+
+@pytest.mark.model
+def test_a_longer_state_is_saved_at_closing_cut_to_the_window(tmp_path):
+    """Read back, a state of the window's length continues as an evaluated one, rolled back too."""
+    text = Path(prefix_cache.__file__).read_text(encoding="utf-8")
+    first = load_default(tmp_path)
+    window = first.sliding_window
+    tokens = first.tokenize(text)[: 2 * window]
+    with first.threads_pinned(2):
+        first.prefill(tokens[:-8])
+        first.verify(tokens[-8:-4])  # a suggestion written after the prompt
+    assert first.save_prefixes() == 0  # idle time: a state past the window is not saved
+    assert first.save_prefixes(closing=True) == 1
+    assert first.cached_tokens == tokens[:window]
+    first.close()
+
+    def steps(model):
+        """Past the window, then rolled back and continued elsewhere."""
+        with model.threads_pinned(2):
+            model.prefill(tokens[:window])
+        ahead = next_logits(model, tokens)
+        model.truncate(window + 40)
+        return ahead, next_logits(model, tokens[: window + 100])
+
+    fresh = load_default(tmp_path / "none")
+    expected = steps(fresh)
+    fresh.close()
+    restarted = load_default(tmp_path)
+    for got, want in zip(steps(restarted), expected, strict=True):
+        assert_same_logits(got, want)
+    assert restarted.prefix_cache.hits == 1
     restarted.close()
 
 

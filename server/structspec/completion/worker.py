@@ -137,7 +137,7 @@ class Worker:
 
         def _release() -> None:
             try:
-                self._save_prefixes()  # a restart then starts where this session ended
+                self._save_prefixes(closing=True)  # a restart starts where this one ended
                 self.host.close()
             finally:
                 released.set()
@@ -159,12 +159,12 @@ class Worker:
         if not (self.closed or self.requests_waiting()):
             self._save_prefixes()
 
-    def _save_prefixes(self) -> None:
+    def _save_prefixes(self, *, closing: bool = False) -> None:
         model = self.host.model
         if model is None:
             return
         try:
-            saved = save_prefixes(model)
+            saved = save_prefixes(model, closing=closing)
         except Exception:  # a failed save costs the next session an evaluation, nothing more
             log.debug("saving evaluated prefixes failed", exc_info=True)
             return

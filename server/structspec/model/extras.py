@@ -141,19 +141,23 @@ def gguf_extras(model: Model) -> GGUFModel | None:
 class SavesPrefixes(Model, Protocol):
     """A ``Model`` with an on-disk prefix cache that it fills when told the time is idle."""
 
-    def save_prefixes(self) -> int:
-        """Save what its KV cache holds and the prefix cache lacks; how many entries it wrote."""
+    def save_prefixes(self, *, closing: bool = False) -> int:
+        """Save what its KV cache holds and the prefix cache lacks; how many entries it wrote.
+
+        ``closing``: the model is released next, so what it holds may be cut first.
+        """
         ...
 
 
-def save_prefixes(model: Model) -> int:
+def save_prefixes(model: Model, *, closing: bool = False) -> int:
     """Idle time: ``model`` saves evaluated prefixes to its on-disk cache; how many (0: none due).
 
-    Never inside work a request waits on: a save writes megabytes.
+    Never inside work a request waits on: a save writes megabytes. ``closing``:
+    the last save, before the model is released.
     """
     if prefix_cache(model) is None or not isinstance(model, SavesPrefixes):
         return 0
-    return model.save_prefixes()
+    return model.save_prefixes(closing=closing)
 
 
 def prefix_cache(model: Model) -> PrefixCache | None:

@@ -307,6 +307,11 @@ class LlamaModel:
         self._caller = CallingThread()  # one thread for llama.cpp's calls (model/threads.py)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._slots = [_Slot(i) for i in range(slots)]
+        n_swa = int(llama_cpp.llama_model_n_swa(model_ptr))
+        #: Positions the sliding-window attention layers see (Gemma 3: 512), where
+        #: a slot can hold more: a saved state then holds those layers' cells of
+        #: its last ``sliding_window`` positions only (0: no such layers).
+        self.sliding_window = n_swa if 0 < n_swa < n_ctx else 0
         self._slot = self._slots[0]
         #: A slot copy that llama.cpp makes at the next decode (``_fork``):
         #: until then no sequence state is read or written.
@@ -733,20 +738,25 @@ class LlamaModel:
             ]
         )
 
-    def save_prefixes(self) -> int:
+    def save_prefixes(self, *, closing: bool = False) -> int:
         """Save each KV slot's tokens and state that the prefix cache lacks; how many were saved.
 
         For idle time (``model.extras.save_prefixes``): what a slot holds now,
         its tokens and its sequence's state read together, so a state is never
-        saved under tokens a later request changed.
+        saved under tokens a later request changed. With a sliding window the
+        cache takes no state of more than ``sliding_window`` tokens
+        (``PrefixCache.serves``): at ``closing`` (the model is released next) a
+        slot holding more is cut back to its prompt's first ones, and saved.
         """
         cache = self.prefix_cache
         if cache is None:
             return 0
-        return sum(
-            cache.save_held(slot.tokens, functools.partial(self._seq_state, slot.seq))
-            for slot in self._slots
-        )
+        saved = 0
+        for slot in self._slots:
+            if closing and self.sliding_window and len(slot.tokens) > self.sliding_window:
+                self._cut(slot, min(slot.filled, self.sliding_window))
+            saved += cache.save_held(slot.tokens, functools.partial(self._seq_state, slot.seq))
+        return saved
 
     def state_bytes(self) -> bytes | None:
         """llama.cpp's state of the current slot's sequence (``prefix_cache.SavesState``)."""
@@ -822,7 +832,10 @@ class LlamaModel:
         return logits
 
     def truncate(self, n: int) -> None:
-        slot = self._slot
+        self._cut(self._slot, n)
+
+    def _cut(self, slot: _Slot, n: int) -> None:
+        """Cut ``slot`` back to ``n`` tokens."""
         n = max(0, n)
         if n >= len(slot.tokens):
             return

@@ -37,6 +37,18 @@ Rules, because the folder is outside structspec's control:
   reads the folder's list again whenever it changed, so one's saves serve
   the other and one's evictions are not looked for.
 
+A model with sliding-window attention layers (Gemma 3: 512 positions) saves
+less than it holds once it holds more than ``window`` tokens: llama.cpp writes
+those layers' cells of the last ``window`` positions only, the others being
+masked for the sequence's next token. Read back, such a state is not the one
+saved: cut back far, it leaves the next token's window without cells (on the
+default model a document's state cut back to a cursor near its top wrote a
+run of spaces instead of the line), and even continued at its end its next
+token's logits were off by one or two (``docs/MEASUREMENTS.md`` §22).
+So a cache of such a model (``window``) saves and serves only states of at
+most ``window`` tokens (``serves``); the model cuts its longer ones back to
+that many when it closes (``LlamaModel.save_prefixes``).
+
 The cache is model-agnostic: a model hands it the tokens and the bytes of its
 state (``LlamaModel``: llama.cpp's per-sequence state; the stand-in: nothing
 beyond the tokens), and decides itself when to restore.
@@ -105,10 +117,15 @@ class Entry:
 class PrefixCache:
     """Saved KV states of prompt prefixes for one model (see the module docstring)."""
 
-    def __init__(self, folder: Path, model: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self, folder: Path, model: str, *, max_bytes: int = DEFAULT_MAX_BYTES, window: int = 0
+    ) -> None:
         self.folder = folder
         self.model = model
         self.max_bytes = max_bytes
+        #: The model's attention window, when its saved states hold only the
+        #: last ``window`` positions of some layers (0: they hold everything).
+        self.window = window
         #: This model's entries by file name, read from the folder (headers and
         #: tokens only) on the first lookup, and again where the folder changed.
         self._index: dict[str, Entry] | None = None
@@ -131,12 +148,14 @@ class PrefixCache:
         """The entry sharing the longest prefix with ``tokens``, and that prefix's length.
 
         An entry need not be a prefix of ``tokens``: a state restored and cut back
-        to the common part (a pre-warmed window, asked for above its end) serves too.
+        to the common part (a pre-warmed window, asked for above its end) serves
+        too. Only entries whose state ``serves`` count (one saved before this
+        rule, by an older structspec, is left to the size cap).
         """
         best, best_len = None, 0
         for entry in self._entries_index().values():
             n = common_prefix_len(entry.tokens, tokens)
-            if n > best_len:
+            if n > best_len and self.serves(len(entry.tokens)):
                 best, best_len = entry, n
         return best, best_len
 
@@ -166,6 +185,14 @@ class PrefixCache:
             return None, 0
         return entry, common
 
+    def serves(self, n_tokens: int) -> bool:
+        """Whether a state of ``n_tokens`` read back is the state saved.
+
+        Not where it holds more than ``window`` tokens of a model whose saved
+        states then lack some (the module docstring).
+        """
+        return not self.window or n_tokens <= self.window
+
     def restore(self, model: SavesState, tokens: Sequence[int], reused: int) -> int:
         """Read back the saved state sharing most with ``tokens`` into ``model``.
 
@@ -192,7 +219,7 @@ class PrefixCache:
 
         ``state`` is asked only when the save is due (reading a state is not free).
         """
-        if len(held) < RESTORE_MIN:
+        if len(held) < RESTORE_MIN or not self.serves(len(held)):
             return False
         _, common = self.best(held)
         if len(held) - common < (SAVE_GAP if common >= RESTORE_MIN else RESTORE_MIN):

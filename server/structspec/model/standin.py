@@ -12,6 +12,13 @@ of a row are a pure function of the last ``order`` tokens:
 Each row is computed on its own, so, unlike llama.cpp on CPU, the result does
 not depend on how many rows share a batch: speculative and greedy decoding must
 agree bit for bit, which is what the tests assert.
+
+With ``sliding_window`` it saves states as llama.cpp saves a model with
+sliding-window layers (``model/prefix_cache.py``): a state read back lacks the
+window of its positions before the last ``sliding_window``, and a row whose
+window reaches such a position is wrong (it reads BOS alone), so a state of
+more than ``sliding_window`` tokens cut back past its end gives other tokens
+than the evaluated prompt: the cache does not serve one (``PrefixCache.serves``).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ class StandInModel:
         temperature_scale: float = 1.0,
         pieces: Sequence[str] = (),
         fim: bool = False,
+        sliding_window: int = 0,
     ) -> None:
         self.name = f"stand-in(seed={seed},order={order})"
         self.alphabet = alphabet
@@ -71,6 +79,10 @@ class StandInModel:
         self._piece_to_id = {p: i + 2 for i, p in enumerate(self._texts) if len(p) > 1}
         self._longest = max((len(p) for p in self.pieces), default=1)
         self._cache: list[int] = []
+        #: A saved state holds the window of its last ``sliding_window`` positions only.
+        self.sliding_window = sliding_window
+        #: Positions of ``_cache`` below this were read back without their window.
+        self._holes_below = 0
         self._interrupt: Interrupt | None = None  # set inside interrupted_by
         self.rows_evaluated = 0
         self.verify_calls = 0
@@ -147,6 +159,7 @@ class StandInModel:
             reused = common_prefix_len(self._cache, tokens)
         self._check_interrupt(len(tokens) - reused)
         self.prefilled_tokens += len(tokens) - reused
+        self.truncate(reused)  # the positions from ``reused`` on are evaluated: whole again
         self._cache = list(tokens)
         return reused
 
@@ -162,7 +175,7 @@ class StandInModel:
         rows: list[np.ndarray] = []
         for tok in tokens:
             self._cache.append(int(tok))
-            row = self.logits(self._cache)
+            row = self.logits(self._row_context())
             row.flags.writeable = False
             top2 = np.partition(row, -2)[-2:]
             argmax.append(int(np.argmax(row)))
@@ -171,16 +184,32 @@ class StandInModel:
         self.rows_evaluated += len(tokens)
         return Rows(argmax, margin, rows)
 
+    def _row_context(self) -> Sequence[int]:
+        """What the row after the cache reads: the cache, or BOS alone where its window
+        (the last ``sliding_window`` positions) reaches a position read back without it.
+        """
+        if max(0, len(self._cache) - self.sliding_window) < self._holes_below:
+            return [BOS]  # wrong, as a real row would be
+        return self._cache
+
     def truncate(self, n: int) -> None:
-        del self._cache[max(0, n) :]
+        n = max(0, n)
+        if n >= len(self._cache):
+            return
+        del self._cache[n:]
+        self._holes_below = min(self._holes_below, n)
 
     # -- the prefix cache's state: the stand-in's "KV cache" is its tokens --
     def identity(self) -> str:
         """What a saved state must match: the stand-in's weights and vocabulary."""
         return f"{self.name}|{self.alphabet!r}|{self.pieces!r}|{self._fim}|{self.n_ctx}"
 
-    def save_prefixes(self) -> int:
-        """Save the cache's tokens if the prefix cache lacks them (idle time, as ``LlamaModel``)."""
+    def save_prefixes(self, *, closing: bool = False) -> int:
+        """Save the cache's tokens if the prefix cache lacks them (idle time, as ``LlamaModel``).
+
+        ``closing`` changes nothing here: the stand-in keeps no prompt apart
+        from the generation after it.
+        """
         cache = self.prefix_cache
         return 0 if cache is None else int(cache.save_held(list(self._cache), self.state_bytes))
 
@@ -191,6 +220,9 @@ class StandInModel:
         if data != struct.pack(f"<{len(tokens)}I", *tokens) or len(tokens) > self.n_ctx:
             return False
         self._cache = list(tokens)
+        self._holes_below = 0
+        if self.sliding_window and len(tokens) > self.sliding_window:
+            self._holes_below = len(tokens) - self.sliding_window
         return True
 
     def teacher_forced(self, prompt: Sequence[int], output: Sequence[int]) -> list[TokenCheck]:
