@@ -89,6 +89,25 @@ def test_word_end_is_known_only_once_the_next_character_is_written() -> None:
     assert word_end("foo(bar)", 4) == 7
     assert word_end("ab\ncd", 0) == 2  # a line's end is a word's end
     assert word_end("((", 0) is None
+    assert word_end("f(  ", 2) == 2  # a run of spaces: no word is being written
+    assert word_end("x =  1", 0) == 1
+
+
+def test_past_the_generation_budget_a_run_of_spaces_ends_the_suggestion() -> None:
+    """A model writing spaces after the budget is stopped there, not at ``max_tokens``."""
+    script = "(" + " " * 100 + "y)\n"
+    text = "def f():\n    return g(1)\n\nx = "
+    settings = Settings(
+        model="standin",
+        max_tokens=128,
+        max_generation_ms=10,
+        speculative=False,
+        sources=("lookup",),
+    )
+    ticks = iter(range(10_000))
+    clock = lambda: next(ticks) * 0.004  # noqa: E731 - 4 ms per look at the clock
+    _, outcome = complete(ScriptedModel(script), settings, clock=clock, text=text)
+    assert outcome.text == "(" and outcome.stats.tokens < 10
 
 
 def test_past_the_generation_budget_the_word_being_written_is_finished() -> None:

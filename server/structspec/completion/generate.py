@@ -135,11 +135,17 @@ def word_end(text: str, start: int) -> int | None:
     """The first end of a word or line in ``text`` at or after ``start``, once it is written.
 
     A word ends where a word character is followed by anything else; a line
-    ends at its newline. ``None`` while the text after ``start`` has neither.
+    ends at its newline; and a run of whitespace ends the text at its second
+    character (no word is being written: a model writing nothing but spaces
+    would otherwise go on to ``max_tokens``, past every budget). ``None``
+    while the text after ``start`` has none of them.
     """
     for i in range(max(start, 1), len(text)):
-        if text[i] == "\n" or (_is_word(text[i - 1]) and not _is_word(text[i])):
+        ch, before = text[i], text[i - 1]
+        if ch == "\n" or (_is_word(before) and not _is_word(ch)):
             return i
+        if ch.isspace() and before.isspace():
+            return i - 1
     return None
 
 
