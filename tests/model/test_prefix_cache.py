@@ -298,9 +298,9 @@ def test_a_restored_state_continues_as_the_evaluated_one(tmp_path):
     path = default_model_path()
     text = Path(prefix_cache.__file__).read_text(encoding="utf-8")
     first = LlamaModel.load(path, n_ctx=2048, threads=2)
-    tokens = first.tokenize(text)[: SAVE_GAP + RESTORE_MIN + 200]
+    tokens = first.tokenize(text)[: first.sliding_window]  # what the cache keeps of a prompt
     prompt, follow = tokens[:-4], tokens[-4:]
-    first.prefix_cache = PrefixCache(tmp_path, first.identity())
+    first.prefix_cache = PrefixCache(tmp_path, first.identity(), window=first.sliding_window)
     with first.threads_pinned(2):
         evaluate(first, prompt)
         assert first.prefix_cache.saves == 1
@@ -308,7 +308,9 @@ def test_a_restored_state_continues_as_the_evaluated_one(tmp_path):
     first.close()
 
     restarted = LlamaModel.load(path, n_ctx=2048, threads=2)
-    restarted.prefix_cache = PrefixCache(tmp_path, restarted.identity())
+    restarted.prefix_cache = PrefixCache(
+        tmp_path, restarted.identity(), window=restarted.sliding_window
+    )
     with restarted.threads_pinned(2):
         assert restarted.prefill(prompt) == len(prompt)  # all of it restored
         got = np.array(restarted.verify(follow).logits[:])
@@ -330,14 +332,16 @@ def test_a_chunked_prefill_after_a_restart_reads_the_whole_prompt_back(tmp_path)
     path = default_model_path()
     text = Path(prefix_cache.__file__).read_text(encoding="utf-8")
     first = LlamaModel.load(path, n_ctx=2048, threads=2, slots=3)
-    prompt = first.tokenize(text)[: SAVE_GAP + RESTORE_MIN + 3 * PREFILL_CHUNK]
-    first.prefix_cache = PrefixCache(tmp_path, first.identity())
+    window = first.sliding_window  # what the cache keeps of a prompt
+    prompt = first.tokenize(text)[:window]
+    assert len(prompt) > 3 * PREFILL_CHUNK
+    first.prefix_cache = PrefixCache(tmp_path, first.identity(), window=window)
     evaluate(first, prompt)
     assert first.prefix_cache.saves == 1
     first.close()
 
     restarted = LlamaModel.load(path, n_ctx=2048, threads=2, slots=3)
-    restarted.prefix_cache = PrefixCache(tmp_path, restarted.identity())
+    restarted.prefix_cache = PrefixCache(tmp_path, restarted.identity(), window=window)
     rate = PromptRate()
     assert prefill_in_chunks(restarted, prompt, lambda: False, rate=rate)
     assert restarted.prefix_cache.hits == 1
