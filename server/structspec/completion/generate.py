@@ -135,10 +135,11 @@ def word_end(text: str, start: int) -> int | None:
     """The first end of a word or line in ``text`` at or after ``start``, once it is written.
 
     A word ends where a word character is followed by anything else; a line
-    ends at its newline; and a run of whitespace ends the text at its second
-    character (no word is being written: a model writing nothing but spaces
-    would otherwise go on to ``max_tokens``, past every budget). ``None``
-    while the text after ``start`` has none of them.
+    ends at its newline; and the text ends before a run of two whitespace
+    characters or more, once its second is written (no word is being written
+    there: a model writing nothing but spaces would otherwise go on to
+    ``max_tokens``, past every budget). ``None`` while the text after
+    ``start`` has none of them.
     """
     for i in range(max(start, 1), len(text)):
         ch, before = text[i], text[i - 1]
