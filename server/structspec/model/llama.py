@@ -744,7 +744,7 @@ class LlamaModel:
         For idle time (``model.extras.save_prefixes``): what a slot holds now,
         its tokens and its sequence's state read together, so a state is never
         saved under tokens a later request changed. With a sliding window the
-        cache takes no state of more than ``sliding_window`` tokens
+        cache takes no state of more than its ``window`` tokens
         (``PrefixCache.serves``): at ``closing`` (the model is released next) a
         slot holding more is cut back to its prompt's first ones, and saved.
         """
@@ -753,8 +753,8 @@ class LlamaModel:
             return 0
         saved = 0
         for slot in self._slots:
-            if closing and self.sliding_window and len(slot.tokens) > self.sliding_window:
-                self._cut(slot, min(slot.filled, self.sliding_window))
+            if closing and not cache.serves(len(slot.tokens)):
+                self._cut(slot, min(slot.filled, cache.window))
             saved += cache.save_held(slot.tokens, functools.partial(self._seq_state, slot.seq))
         return saved
 
